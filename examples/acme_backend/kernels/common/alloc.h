@@ -1,0 +1,165 @@
+// Output allocation and input preparation for acme's elementwise kernels:
+// broadcast shapes, PyTorch type promotion (at::result_type rules, including
+// wrapped Python scalars), output allocation on the acme device, and acme's
+// own dtype conversion loop (used when inputs differ from the compute dtype).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/Scalar.h>
+
+#include "dtype.h"
+#include "errors.h"
+#include "iter.h"
+
+#include <initializer_list>
+#include <vector>
+
+namespace acme::common {
+
+using TensorList = std::initializer_list<const at::Tensor*>;
+
+// Broadcast shape of all defined tensors (numpy rules), or a clear error.
+inline std::vector<int64_t> broadcast_shape(const char* op, TensorList ins) {
+  std::vector<int64_t> out;
+  for (const at::Tensor* t : ins) {
+    if (!t || !t->defined()) continue;
+    auto s = t->sizes();
+    if (s.size() > out.size()) out.insert(out.begin(), s.size() - out.size(), 1);
+    const size_t off = out.size() - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[off + i];
+      if (o == s[i] || s[i] == 1) continue;
+      if (o == 1) {
+        o = s[i];
+        continue;
+      }
+      std::ostringstream msg;
+      msg << "acme: " << op << ": shapes are not broadcastable:";
+      for (const at::Tensor* u : ins)
+        if (u && u->defined()) msg << " " << u->sizes();
+      TORCH_CHECK(false, msg.str());
+    }
+  }
+  return out;
+}
+
+// PyTorch's promotion of the defined tensors (and optional Scalars), the same
+// rules as at::result_type: dimensioned tensors win over 0-dim ones, which win
+// over wrapped numbers, within the same category.
+inline at::ScalarType promote(TensorList ins, std::initializer_list<const at::Scalar*> scalars = {}) {
+  at::native::ResultTypeState st;
+  for (const at::Tensor* t : ins)
+    if (t && t->defined()) st = at::native::update_result_type_state(*t, st);
+  for (const at::Scalar* s : scalars)
+    if (s) st = at::native::update_result_type_state(*s, st);
+  return at::native::result_type(st);
+}
+
+// The acme device the op runs on: the first tensor that is not a CPU scalar.
+inline const at::Tensor& device_tensor(const char* op, TensorList ins) {
+  const at::Tensor* first = nullptr;
+  for (const at::Tensor* t : ins) {
+    if (!t || !t->defined()) continue;
+    if (!first) first = t;
+    if (!is_cpu_scalar(*t)) {
+      for (const at::Tensor* u : ins)
+        if (u && u->defined()) check_same_device(op, *t, *u, "input");
+      return *t;
+    }
+  }
+  TORCH_CHECK(first != nullptr, "acme: ", op, ": no tensor arguments");
+  return *first;
+}
+
+// Output of broadcast shape `shape` and dtype `dtype` on the inputs' device.
+// If an input already has the full shape and is dense (e.g. channels_last or
+// transposed), the output copies its strides, as PyTorch's CPU kernels do;
+// otherwise it is contiguous.
+inline at::Tensor alloc_output(const char* op, TensorList ins, c10::IntArrayRef shape,
+                               at::ScalarType dtype) {
+  const at::Tensor& dev = device_tensor(op, ins);
+  auto opts = dev.options().dtype(dtype);
+  for (const at::Tensor* t : ins) {
+    if (!t || !t->defined() || is_cpu_scalar(*t)) continue;
+    if (t->sizes() == shape && !t->is_contiguous() && t->is_non_overlapping_and_dense()) {
+      return at::empty_strided(shape, t->strides(), opts);
+    }
+  }
+  return at::empty(shape, opts);
+}
+
+// out <- in with dtype conversion; shapes must be broadcast-compatible with
+// out (out's shape is the iteration shape). Any layout on either side.
+inline void convert_into(const char* op, const at::Tensor& out, const at::Tensor& in) {
+  StridedIter it(out.sizes());
+  it.add(out);
+  it.add(in);
+  it.build();
+  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto to) {
+    using To = ACME_T(to);
+    dispatch<kAll>(op, in.device(), in.scalar_type(), [&](auto from) {
+      using From = ACME_T(from);
+      map1<To, From>(it, [](From v) { return v; });
+    });
+  });
+}
+
+// `t` converted to dtype `st` (same device, contiguous), or `t` itself if it
+// already has that dtype. A CPU scalar stays a CPU scalar.
+inline at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st) {
+  if (!t.defined() || t.scalar_type() == st) return t;
+  at::Tensor out = at::empty(t.sizes(), t.options().dtype(st));
+  convert_into(op, out, t);
+  return out;
+}
+
+// Reads a CPU scalar or 1-element acme tensor as a Scalar (used for kernels
+// taking a tensor argument that torch treats as a value, e.g. masked_fill).
+// Must run inside a kernel (device memory readable).
+inline at::Scalar tensor_to_scalar(const char* op, const at::Tensor& t) {
+  ACME_CHECK_T(t.numel() == 1, op, t, "expected a 1-element tensor, got shape ", t.sizes());
+  at::Scalar r;
+  dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    const T v = *static_cast<const T*>(t.data_ptr());
+    if constexpr (std::is_same_v<T, bool>) r = at::Scalar(v);
+    else if constexpr (is_floating_v<T>) r = at::Scalar(static_cast<double>(v));
+    else r = at::Scalar(static_cast<int64_t>(v));
+  });
+  return r;
+}
+
+// Everything an elementwise kernel needs: the output (allocated), and the
+// inputs converted to the compute dtype.
+struct Elementwise {
+  at::Tensor out;
+  at::ScalarType compute;
+  std::vector<at::Tensor> in;
+};
+
+// Prepares an elementwise op: compute dtype = promotion of the inputs (or
+// `compute` if given), output dtype = compute dtype (or `out_dtype`).
+inline Elementwise prepare(const char* op, TensorList ins,
+                           std::optional<at::ScalarType> compute = std::nullopt,
+                           std::optional<at::ScalarType> out_dtype = std::nullopt) {
+  Elementwise e;
+  e.compute = compute ? *compute : promote(ins);
+  auto shape = broadcast_shape(op, ins);
+  e.out = alloc_output(op, ins, shape, out_dtype ? *out_dtype : e.compute);
+  for (const at::Tensor* t : ins) e.in.push_back(cast(op, *t, e.compute));
+  return e;
+}
+
+// Iterator over out and the prepared inputs.
+inline StridedIter make_iter(const Elementwise& e) {
+  StridedIter it(e.out.sizes());
+  it.add(e.out);
+  for (const auto& t : e.in) it.add(t);
+  it.build();
+  return it;
+}
+
+}  // namespace acme::common

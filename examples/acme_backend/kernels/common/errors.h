@@ -1,0 +1,53 @@
+// Error helpers: every acme kernel error reads "acme: <op>: <what>", and the
+// tensor-specific ones add the device and dtype, so a user can tell which op on
+// which device rejected which input.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "dtype.h"
+
+#include <sstream>
+#include <string>
+
+namespace acme::common {
+
+// Generic argument check: ACME_CHECK(cond, "op.overload", "message parts", ...)
+#define ACME_CHECK(cond, op, ...) TORCH_CHECK((cond), "acme: ", (op), ": ", __VA_ARGS__)
+#define ACME_CHECK_INDEX(cond, op, ...) \
+  TORCH_CHECK_INDEX((cond), "acme: ", (op), ": ", __VA_ARGS__)
+
+// " (device acme:0, dtype float32)" suffix for messages about one tensor.
+inline std::string where(const at::Tensor& t) {
+  std::ostringstream s;
+  s << " (device " << t.device() << ", dtype " << dtype_name(t.scalar_type()) << ")";
+  return s.str();
+}
+
+// Check on one tensor argument, with device and dtype in the message.
+#define ACME_CHECK_T(cond, op, tensor, ...) \
+  TORCH_CHECK((cond), "acme: ", (op), ": ", __VA_ARGS__, ::acme::common::where(tensor))
+
+inline std::string shape_str(c10::IntArrayRef s) {
+  std::ostringstream o;
+  o << s;
+  return o.str();
+}
+
+// Tensors an acme kernel reads must live on the acme device of the output;
+// CPU 0-dim tensors (Python scalars wrapped by torch) are the one exception
+// and are read on the host.
+inline bool is_cpu_scalar(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.dim() == 0;
+}
+
+inline void check_same_device(const char* op, const at::Tensor& ref, const at::Tensor& t,
+                              const char* arg) {
+  if (!t.defined() || is_cpu_scalar(t)) return;
+  TORCH_CHECK(t.device() == ref.device(), "acme: ", op,
+              ": expected all tensors on the same device, but argument '", arg,
+              "' is on ", t.device(), " and another on ", ref.device());
+}
+
+}  // namespace acme::common

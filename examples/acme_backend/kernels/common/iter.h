@@ -1,0 +1,257 @@
+// acme's strided N-d iterator: walks up to kMaxOperands tensors of one
+// broadcast iteration shape, calling a loop body on the innermost dimension.
+// Setup merges ("coalesces") dimensions that are contiguous across all
+// operands, so same-shape contiguous tensors become one flat loop and the
+// typed loops below take their plain-pointer (vectorizable) fast path.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "dtype.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace acme::common {
+
+constexpr int kMaxOperands = 5;
+constexpr int kMaxDims = 25;
+
+class StridedIter {
+ public:
+  // `shape` is the iteration shape (for elementwise ops: the broadcast shape).
+  explicit StridedIter(c10::IntArrayRef shape) : ndim_(static_cast<int>(shape.size())) {
+    TORCH_CHECK(ndim_ <= kMaxDims, "acme: tensors with more than ", kMaxDims,
+                " dimensions are not supported");
+    numel_ = 1;
+    for (int d = 0; d < ndim_; ++d) {
+      shape_[d] = shape[d];
+      numel_ *= shape[d];
+    }
+  }
+
+  // Adds an operand; its shape must broadcast to the iteration shape
+  // (right-aligned, size-1 or missing dims get stride 0). Returns its index.
+  int add(const at::Tensor& t) {
+    return add_strided(static_cast<char*>(const_cast<void*>(t.data_ptr())), t.sizes(),
+                       t.strides(), static_cast<int64_t>(t.element_size()));
+  }
+
+  // Adds an operand from raw data, sizes and element strides (e.g. a view with
+  // permuted dims, or a host scalar with empty sizes).
+  int add_strided(char* data, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                  int64_t elsize) {
+    TORCH_CHECK(nops_ < kMaxOperands, "acme: iterator supports at most ", kMaxOperands,
+                " operands");
+    const int k = nops_++;
+    base_[k] = data;
+    const int off = ndim_ - static_cast<int>(sizes.size());
+    TORCH_CHECK(off >= 0, "acme: operand has more dims than the iteration shape");
+    for (int d = 0; d < ndim_; ++d) {
+      int64_t st = 0;
+      if (d >= off) {
+        const int64_t sz = sizes[d - off];
+        TORCH_CHECK(sz == shape_[d] || sz == 1, "acme: operand of shape ", sizes,
+                    " does not broadcast to ", c10::IntArrayRef(shape_, ndim_));
+        st = (sz == 1 && shape_[d] != 1) ? 0 : strides[d - off] * elsize;
+      }
+      stride_[k][d] = st;
+    }
+    return k;
+  }
+
+  // Drops size-1 dims, optionally orders dims so operand 0 (the output) is
+  // walked in memory order, and merges dims that are contiguous for every
+  // operand. Call once after adding all operands.
+  void build(bool order_by_first = true) {
+    // 1. drop size-1 dims
+    int nd = 0;
+    for (int d = 0; d < ndim_; ++d) {
+      if (shape_[d] == 1) continue;
+      shape_[nd] = shape_[d];
+      for (int k = 0; k < nops_; ++k) stride_[k][nd] = stride_[k][d];
+      ++nd;
+    }
+    ndim_ = nd;
+    // 2. stable insertion sort of dims by |stride of operand 0|, descending,
+    // so a permuted-dense output (e.g. channels_last) is written sequentially.
+    if (order_by_first && nops_ > 0) {
+      for (int i = 1; i < ndim_; ++i) {
+        for (int j = i; j > 0; --j) {
+          const int64_t a = std::abs(stride_[0][j - 1]);
+          const int64_t b = std::abs(stride_[0][j]);
+          if (a >= b) break;
+          std::swap(shape_[j - 1], shape_[j]);
+          for (int k = 0; k < nops_; ++k) std::swap(stride_[k][j - 1], stride_[k][j]);
+        }
+      }
+    }
+    // 3. merge dim d (outer) into d+1 (inner) when contiguous for all operands
+    if (ndim_ > 1) {
+      int out = ndim_ - 1;  // write position, from the innermost dim outwards
+      for (int d = ndim_ - 2; d >= 0; --d) {
+        bool can = true;
+        for (int k = 0; k < nops_; ++k) {
+          if (stride_[k][d] != stride_[k][out] * shape_[out]) { can = false; break; }
+        }
+        if (can) {
+          shape_[out] *= shape_[d];
+        } else {
+          --out;
+          shape_[out] = shape_[d];
+          for (int k = 0; k < nops_; ++k) stride_[k][out] = stride_[k][d];
+        }
+      }
+      // shift dims [out, ndim_) to [0, ndim_-out)
+      const int newnd = ndim_ - out;
+      for (int d = 0; d < newnd; ++d) {
+        shape_[d] = shape_[d + out];
+        for (int k = 0; k < nops_; ++k) stride_[k][d] = stride_[k][d + out];
+      }
+      ndim_ = newnd;
+    }
+  }
+
+  int64_t numel() const { return numel_; }
+  int ndim() const { return ndim_; }
+  int nops() const { return nops_; }
+  int64_t shape(int d) const { return shape_[d]; }
+  int64_t stride(int k, int d) const { return stride_[k][d]; }
+
+  // Calls body(char* const* ptrs, const int64_t* strides_bytes, int64_t n) for
+  // every innermost run; ptrs[k] points at operand k's first element of the run.
+  template <class F>
+  void for_each(F&& body) const {
+    if (numel_ == 0) return;
+    char* ptrs[kMaxOperands];
+    for (int k = 0; k < nops_; ++k) ptrs[k] = base_[k];
+    if (ndim_ == 0) {
+      const int64_t zero[kMaxOperands] = {0, 0, 0, 0, 0};
+      body(static_cast<char* const*>(ptrs), zero, int64_t(1));
+      return;
+    }
+    const int inner = ndim_ - 1;
+    int64_t s[kMaxOperands];
+    for (int k = 0; k < nops_; ++k) s[k] = stride_[k][inner];
+    const int64_t n = shape_[inner];
+    int64_t counter[kMaxDims] = {0};
+    while (true) {
+      body(static_cast<char* const*>(ptrs), static_cast<const int64_t*>(s), n);
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        for (int k = 0; k < nops_; ++k) ptrs[k] += stride_[k][d];
+        if (++counter[d] < shape_[d]) break;
+        for (int k = 0; k < nops_; ++k) ptrs[k] -= stride_[k][d] * shape_[d];
+        counter[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
+
+ private:
+  int ndim_ = 0;
+  int nops_ = 0;
+  int64_t numel_ = 1;
+  int64_t shape_[kMaxDims] = {};
+  int64_t stride_[kMaxOperands][kMaxDims] = {};
+  char* base_[kMaxOperands] = {};
+};
+
+// ---- typed elementwise loops ------------------------------------------------
+// Operand 0 is the output. `f` gets the input element values and returns a
+// value that is converted to Out with cvt<Out>. Contiguous runs and the
+// "one input is a broadcast scalar" runs use plain indexed loops the compiler
+// can vectorize; other runs use byte strides.
+
+template <class Out, class A, class F>
+inline void map1(const StridedIter& it, F f) {
+  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out) && s[1] == sizeof(A)) {
+      Out* __restrict o = reinterpret_cast<Out*>(p[0]);
+      const A* __restrict a = reinterpret_cast<const A*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) {
+        auto r = f(a[i]);
+        o[i] = cvt<Out, decltype(r)>(r);
+      }
+    } else {
+      char* o = p[0];
+      const char* a = p[1];
+      for (int64_t i = 0; i < n; ++i) {
+        auto r = f(*reinterpret_cast<const A*>(a + i * s[1]));
+        *reinterpret_cast<Out*>(o + i * s[0]) = cvt<Out, decltype(r)>(r);
+      }
+    }
+  });
+}
+
+template <class Out, class A, class B, class F>
+inline void map2(const StridedIter& it, F f) {
+  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out)) {
+      Out* __restrict o = reinterpret_cast<Out*>(p[0]);
+      const A* __restrict a = reinterpret_cast<const A*>(p[1]);
+      const B* __restrict b = reinterpret_cast<const B*>(p[2]);
+      if (s[1] == sizeof(A) && s[2] == sizeof(B)) {
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(a[i], b[i]);
+          o[i] = cvt<Out, decltype(r)>(r);
+        }
+        return;
+      }
+      if (s[1] == sizeof(A) && s[2] == 0) {
+        const B bv = *b;
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(a[i], bv);
+          o[i] = cvt<Out, decltype(r)>(r);
+        }
+        return;
+      }
+      if (s[1] == 0 && s[2] == sizeof(B)) {
+        const A av = *a;
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(av, b[i]);
+          o[i] = cvt<Out, decltype(r)>(r);
+        }
+        return;
+      }
+    }
+    char* o = p[0];
+    const char* a = p[1];
+    const char* b = p[2];
+    for (int64_t i = 0; i < n; ++i) {
+      auto r = f(*reinterpret_cast<const A*>(a + i * s[1]),
+                 *reinterpret_cast<const B*>(b + i * s[2]));
+      *reinterpret_cast<Out*>(o + i * s[0]) = cvt<Out, decltype(r)>(r);
+    }
+  });
+}
+
+template <class Out, class A, class B, class C, class F>
+inline void map3(const StridedIter& it, F f) {
+  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B) && s[3] == sizeof(C)) {
+      Out* __restrict o = reinterpret_cast<Out*>(p[0]);
+      const A* __restrict a = reinterpret_cast<const A*>(p[1]);
+      const B* __restrict b = reinterpret_cast<const B*>(p[2]);
+      const C* __restrict c = reinterpret_cast<const C*>(p[3]);
+      for (int64_t i = 0; i < n; ++i) {
+        auto r = f(a[i], b[i], c[i]);
+        o[i] = cvt<Out, decltype(r)>(r);
+      }
+      return;
+    }
+    char* o = p[0];
+    const char* a = p[1];
+    const char* b = p[2];
+    const char* c = p[3];
+    for (int64_t i = 0; i < n; ++i) {
+      auto r = f(*reinterpret_cast<const A*>(a + i * s[1]),
+                 *reinterpret_cast<const B*>(b + i * s[2]),
+                 *reinterpret_cast<const C*>(c + i * s[3]));
+      *reinterpret_cast<Out*>(o + i * s[0]) = cvt<Out, decltype(r)>(r);
+    }
+  });
+}
+
+}  // namespace acme::common
