@@ -1,0 +1,169 @@
+// acme vendor runtime: the "driver" of the simulated acme chip.
+//
+// This is the library a chip vendor would ship on its own, independent of
+// PyTorch (no torch includes here or in acme_runtime.cpp). It has a CUDA-like
+// C API; the flsdk runtime adapter (adapter.cpp) maps flsdk's generated
+// interface (generated/runtime_adapter.h) onto it.
+//
+// The model being simulated:
+// * N devices, each with its own memory arena of fixed capacity (one mmap'd
+//   reservation, pages cost nothing until touched). Allocation is a real
+//   best-fit allocator with coalescing inside that arena, so out-of-memory
+//   and fragmentation are real. Device memory is not host memory: data moves
+//   only through acmeMemcpy* calls.
+// * Protect mode (env ACME_PROTECT=1 or option "protect"): the arenas are
+//   PROT_NONE except while a kernel or a runtime copy runs anywhere in the
+//   process, so host code touching device memory outside kernels crashes
+//   with SIGSEGV instead of silently working.
+// * Streams: the null stream runs work inline in the calling thread. A
+//   created stream has a worker thread draining a FIFO queue. Exceptions
+//   thrown by queued work are captured and reported (once) by the next
+//   stream/device synchronize on that stream ("sticky" until reported).
+// * Events stamp a steady_clock time when the stream reaches them.
+// * Failure injection for malloc/memcpy, deterministic per seed.
+//
+// Every call may come from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+// C linkage for everything C can express; acmeLaunch (std::function) and the
+// adapter-side launch below are C++.
+extern "C" {
+
+// Numeric values equal acme::runtime::Status so the adapter maps 1:1.
+typedef enum acmeError {
+  acmeSuccess = 0,
+  acmeErrorMemoryAllocation = 1,  // out of memory (real or injected)
+  acmeErrorInvalidDevice = 2,     // device index out of range
+  acmeErrorInvalidValue = 3,      // bad pointer/handle/argument
+  acmeErrorRuntime = 4,           // anything else (not initialized, errors
+                                  // from queued work, injected copy faults)
+} acmeError_t;
+
+typedef enum acmeMemcpyKind {
+  acmeMemcpyHostToHost = 0,
+  acmeMemcpyHostToDevice = 1,
+  acmeMemcpyDeviceToHost = 2,
+  acmeMemcpyDeviceToDevice = 3,
+} acmeMemcpyKind;
+
+typedef struct acmeStream_st* acmeStream_t;  // nullptr = default (inline) stream
+typedef struct acmeEvent_st* acmeEvent_t;
+
+// ---- setup -----------------------------------------------------------------
+// (Re)initialize with `device_count` devices of `capacity` bytes each;
+// `alignment` (a power of two) applies to every allocation's address and
+// size. Also reads ACME_PROTECT, ACME_FAULT_MALLOC, ACME_FAULT_MEMCPY and
+// ACME_FAULT_SEED. Re-init is allowed only while no allocation, stream or
+// event is alive; it must not race with other calls.
+acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment);
+// 0 before acmeInit.
+acmeError_t acmeGetDeviceCount(int* count);
+
+// ---- memory ----------------------------------------------------------------
+// bytes == 0 gives *ptr = nullptr and success; acmeFree(dev, nullptr) is a no-op.
+acmeError_t acmeMalloc(int device, void** ptr, size_t bytes);
+// Unknown, interior or already-freed pointers give acmeErrorInvalidValue.
+acmeError_t acmeFree(int device, void* ptr);
+acmeError_t acmeMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
+
+// `device` owns the device-side pointer (the destination for DeviceToDevice;
+// the source of DeviceToDevice may live on any device). Device ranges must
+// lie inside one live allocation; host pointers must not be device memory.
+// Synchronous (runs in the caller).
+acmeError_t acmeMemcpy(void* dst, const void* src, size_t bytes,
+                       acmeMemcpyKind kind, int device);
+// Same checks, done at call time; on a created stream the copy itself is
+// queued after earlier work, so host buffers must stay alive (and device
+// blocks allocated) until the stream is synchronized. A null stream copies
+// synchronously.
+acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes,
+                            acmeMemcpyKind kind, int device, acmeStream_t stream);
+// Synchronous device-to-device copy between two (possibly equal) devices.
+acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src,
+                           int src_device, size_t bytes);
+
+// ---- streams ---------------------------------------------------------------
+// Handles are validated: a destroyed or foreign handle, or a stream of
+// another device, gives acmeErrorInvalidValue.
+acmeError_t acmeStreamCreate(int device, acmeStream_t* stream);
+// Drains the queue, then destroys. An error still pending on the stream is
+// moved to the device and reported by the next acmeDeviceSynchronize.
+acmeError_t acmeStreamDestroy(int device, acmeStream_t stream);
+// Waits for all work queued before the call; returns (and clears) the first
+// error raised by queued work since the last synchronize.
+acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream);
+// *idle = 1 when all queued work has run. Does not report errors.
+acmeError_t acmeStreamQuery(int device, acmeStream_t stream, int* idle);
+// Later work on `stream` waits until `event` (as last recorded at the time of
+// this call) is reached. Null stream: the caller blocks. Never-recorded
+// event: no-op.
+acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t event);
+
+// ---- events ----------------------------------------------------------------
+acmeError_t acmeEventCreate(int device, acmeEvent_t* event);
+acmeError_t acmeEventDestroy(int device, acmeEvent_t event);
+// Queues a marker; when the stream reaches it, the event completes and
+// stamps steady_clock::now(). On the null stream it completes immediately.
+// Re-recording replaces the previous record (the latest one counts).
+acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream);
+acmeError_t acmeEventSynchronize(int device, acmeEvent_t event);
+// *done = 1 when the last record was reached (or the event never recorded).
+acmeError_t acmeEventQuery(int device, acmeEvent_t event, int* done);
+// Both events recorded and completed, else acmeErrorRuntime.
+acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end);
+
+// Synchronizes every created stream of the device; returns the first error
+// found (from any stream, or one left by a destroyed stream) and clears it.
+acmeError_t acmeDeviceSynchronize(int device);
+
+// ---- kernels ---------------------------------------------------------------
+// Bracket host code that touches device memory (a kernel). Nested and
+// multi-threaded use is fine: a process-wide depth counter; in protect mode
+// the arenas open on 0->1 and close on 1->0. acmeKernelEnd without a
+// matching begin is ignored (and sets the last error).
+void acmeKernelBegin(void);
+void acmeKernelEnd(void);
+// Runs fn(arg) on `stream` inside acmeKernelBegin/End (null stream: inline,
+// now). See acmeLaunch for error handling.
+acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream,
+                               void (*fn)(void*), void* arg);
+
+// ---- options ---------------------------------------------------------------
+// keys: "protect" ("0"/"1"), "fault_malloc", "fault_memcpy" (rate in [0,1];
+// setting it restarts that fault sequence), "fault_seed" (unsigned; restarts
+// both sequences), "stats" (set "reset" to zero the counters).
+acmeError_t acmeSetOption(const char* key, const char* value);
+// keys: the above plus "device_count", "capacity", "alignment". Writes a
+// NUL-terminated value into buf (truncated to buflen) and the full length
+// (without NUL) into *needed if non-null. "stats" is a JSON object.
+acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* needed);
+
+// ---- errors ----------------------------------------------------------------
+// Message of the last failed call on this thread ("" if none yet).
+const char* acmeGetLastErrorString(void);
+const char* acmeGetErrorName(acmeError_t error);
+
+}  // extern "C"
+
+// Runs `fn` on `stream` of `device`, inside acmeKernelBegin/End.
+// * Null stream: runs now in the caller. An exception from fn is caught and
+//   returned as acmeErrorRuntime with its what() as the last error.
+// * Created stream: queued (capture by value: it runs later, on the stream's
+//   worker thread). An exception is captured and reported by the next
+//   acmeStreamSynchronize / acmeDeviceSynchronize. Returns success once queued.
+acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn);
+
+#include "../generated/runtime_adapter.h"
+
+namespace acme::runtime {
+// For acme kernel authors: run a kernel body on a stream, the way a real chip
+// launches on a queue. Same semantics as acmeLaunch (kernel_begin/end are
+// taken around fn on whichever thread runs it, so protect mode works for
+// queued kernels too). Returns Status::Ok, InvalidDevice, InvalidValue (bad
+// stream) or Error (null stream: fn threw; last_error() has the message).
+Status launch(int device, Stream stream, std::function<void()> fn);
+}  // namespace acme::runtime

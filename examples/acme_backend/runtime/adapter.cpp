@@ -1,0 +1,148 @@
+// acme's implementation of flsdk's runtime adapter (generated/runtime_adapter.h):
+// a thin mapping onto the acme vendor runtime's C API. Kept free of logic on
+// purpose: every check and every message comes from the runtime itself, so the
+// PyTorch glue and direct runtime users see the same behaviour.
+#include "acme_runtime.h"
+
+#include <string>
+#include <utility>
+
+namespace acme::runtime {
+namespace {
+
+// acmeError_t values are chosen equal to Status values; these asserts keep it so.
+static_assert(static_cast<int>(Status::Ok) == acmeSuccess);
+static_assert(static_cast<int>(Status::OutOfMemory) == acmeErrorMemoryAllocation);
+static_assert(static_cast<int>(Status::InvalidDevice) == acmeErrorInvalidDevice);
+static_assert(static_cast<int>(Status::InvalidValue) == acmeErrorInvalidValue);
+static_assert(static_cast<int>(Status::Error) == acmeErrorRuntime);
+static_assert(static_cast<int>(CopyKind::HostToHost) == acmeMemcpyHostToHost);
+static_assert(static_cast<int>(CopyKind::HostToDevice) == acmeMemcpyHostToDevice);
+static_assert(static_cast<int>(CopyKind::DeviceToHost) == acmeMemcpyDeviceToHost);
+static_assert(static_cast<int>(CopyKind::DeviceToDevice) == acmeMemcpyDeviceToDevice);
+
+Status st(acmeError_t e) { return static_cast<Status>(e); }
+acmeStream_t as_stream(Stream s) { return static_cast<acmeStream_t>(s); }
+acmeEvent_t as_event(Event e) { return static_cast<acmeEvent_t>(e); }
+
+}  // namespace
+
+Status init(const DeviceConfig& config) {
+  return st(acmeInit(config.device_count, config.memory_capacity, config.memory_alignment));
+}
+
+int device_count() {
+  int n = 0;
+  acmeGetDeviceCount(&n);
+  return n;
+}
+
+Status malloc(int device, std::size_t bytes, void** ptr) {
+  return st(acmeMalloc(device, ptr, bytes));
+}
+
+Status free(int device, void* ptr) { return st(acmeFree(device, ptr)); }
+
+Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int device,
+              Stream stream) {
+  return st(acmeMemcpyAsync(dst, src, bytes, static_cast<acmeMemcpyKind>(kind), device,
+                            as_stream(stream)));
+}
+
+Status memcpy_peer(void* dst, int dst_device, const void* src, int src_device,
+                   std::size_t bytes) {
+  return st(acmeMemcpyPeer(dst, dst_device, src, src_device, bytes));
+}
+
+Status memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
+  return st(acmeMemGetInfo(device, free_bytes, total_bytes));
+}
+
+Status stream_create(int device, Stream* stream) {
+  acmeStream_t s = nullptr;
+  Status r = st(acmeStreamCreate(device, &s));
+  if (stream) *stream = s;
+  return r;
+}
+
+Status stream_destroy(int device, Stream stream) {
+  return st(acmeStreamDestroy(device, as_stream(stream)));
+}
+
+Status stream_synchronize(int device, Stream stream) {
+  return st(acmeStreamSynchronize(device, as_stream(stream)));
+}
+
+Status stream_query(int device, Stream stream, bool* idle) {
+  int v = 0;
+  Status r = st(acmeStreamQuery(device, as_stream(stream), idle ? &v : nullptr));
+  if (r == Status::Ok) *idle = v != 0;
+  return r;
+}
+
+Status stream_wait_event(int device, Stream stream, Event event) {
+  return st(acmeStreamWaitEvent(device, as_stream(stream), as_event(event)));
+}
+
+Status event_create(int device, Event* event) {
+  acmeEvent_t e = nullptr;
+  Status r = st(acmeEventCreate(device, &e));
+  if (event) *event = e;
+  return r;
+}
+
+Status event_destroy(int device, Event event) {
+  return st(acmeEventDestroy(device, as_event(event)));
+}
+
+Status event_record(int device, Event event, Stream stream) {
+  return st(acmeEventRecord(device, as_event(event), as_stream(stream)));
+}
+
+Status event_synchronize(int device, Event event) {
+  return st(acmeEventSynchronize(device, as_event(event)));
+}
+
+Status event_query(int device, Event event, bool* done) {
+  int v = 0;
+  Status r = st(acmeEventQuery(device, as_event(event), done ? &v : nullptr));
+  if (r == Status::Ok) *done = v != 0;
+  return r;
+}
+
+Status event_elapsed_ms(Event start, Event end, float* ms) {
+  return st(acmeEventElapsedTime(ms, as_event(start), as_event(end)));
+}
+
+Status device_synchronize(int device) { return st(acmeDeviceSynchronize(device)); }
+
+void kernel_begin() { acmeKernelBegin(); }
+void kernel_end() { acmeKernelEnd(); }
+
+Status set_option(const char* key, const char* value) {
+  return st(acmeSetOption(key, value));
+}
+
+// Unknown keys give "" (the interface has no status here); last_error() says why.
+std::string get_option(const char* key) {
+  size_t needed = 0;
+  if (acmeGetOption(key, nullptr, 0, &needed) != acmeSuccess) return {};
+  std::string v(needed + 1, '\0');
+  // Stats may grow between the two calls; retry until the value fits.
+  while (acmeGetOption(key, v.data(), v.size(), &needed) == acmeSuccess) {
+    if (needed < v.size()) {
+      v.resize(needed);
+      return v;
+    }
+    v.assign(needed + 1, '\0');
+  }
+  return {};
+}
+
+const char* last_error() { return acmeGetLastErrorString(); }
+
+Status launch(int device, Stream stream, std::function<void()> fn) {
+  return st(acmeLaunch(device, as_stream(stream), std::move(fn)));
+}
+
+}  // namespace acme::runtime
