@@ -1,0 +1,364 @@
+"""Load op spec files, device descriptors and whole backends into the model.
+
+Every loader collects all problems it can find and raises them together as
+`SpecErrors`; anything a user can get wrong in a YAML file ends up as a
+SpecError with file, line and field, never as a Python traceback.
+
+Order of checks per file: YAML syntax, then the JSON Schema (structure),
+then meaning (aten names, variants, sizes, selections). A file that fails
+its schema gets no meaning checks: its data is not trustworthy enough to
+produce useful messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import aten
+from .dtypes import default_tolerance, did_you_mean
+from .errors import ErrorCollector, SpecError
+from .model import Backend, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
+from .names import backend_name_problem
+from .paths import canonical_opspec_files
+from .samples import check_sample
+from .schema import validate
+from .sizes import SizeError, parse_size
+from .yamlfile import Document, load_yaml
+
+
+# ---------------------------------------------------------------- op specs
+
+def load_opspecs(paths: Iterable[str | Path]) -> list[OpSpec]:
+    """Load op spec files, in the given order; raise SpecErrors on any problem.
+
+    Checks each file against opspec.schema.json, resolves aten ops against the
+    installed torch, and rejects an op defined twice (in one file or across files).
+    """
+    errors = ErrorCollector()
+    ops = _load_opspecs(paths, errors)
+    errors.raise_if_any()
+    return ops
+
+
+def _load_opspecs(paths: Iterable[str | Path], errors: ErrorCollector) -> list[OpSpec]:
+    ops: list[OpSpec] = []
+    seen: dict[str, OpSpec] = {}
+    for path in paths:
+        for spec in _load_opspec_file(path, errors):
+            first = seen.get(spec.op)
+            if first is not None:
+                errors.add(SpecError(spec.file, spec.line, "op",
+                                     f"duplicate op {spec.op!r}, first defined at {first.file}:{first.line}",
+                                     "each op in exactly one op spec file"))
+                continue
+            seen[spec.op] = spec
+            ops.append(spec)
+    return ops
+
+
+def _load_opspec_file(path: str | Path, errors: ErrorCollector) -> list[OpSpec]:
+    try:
+        doc = load_yaml(path)
+    except SpecError as err:
+        errors.add(err)
+        return []
+    schema_errors = validate(doc, "opspec")
+    if schema_errors:
+        for err in schema_errors:
+            errors.add(err)
+        return []
+    family = doc.data["family"]
+    out = []
+    for i, entry in enumerate(doc.data["ops"]):
+        problems = ErrorCollector()
+        spec = _build_op(doc, family, i, entry, problems)
+        if problems:
+            for err in problems.errors:
+                errors.add(err)
+        else:
+            out.append(spec)
+    return out
+
+
+def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorCollector) -> OpSpec | None:
+    base = ("ops", i)
+    op: str = entry["op"]
+    custom = aten.is_custom(op)
+    variants = tuple(entry.get("variants", ()))
+    schema = entry.get("schema")
+    variant_ops: dict[str, str] = {}
+
+    if custom:
+        if schema is None:
+            errors.add(doc.error(base + ("op",), f"custom op {op!r} needs a `schema`",
+                                 f'schema: "{op.split("::", 1)[1].split(".")[0]}(Tensor self) -> Tensor"'))
+        else:
+            try:
+                schema = aten.check_custom_schema(op, schema)
+            except ValueError as exc:
+                errors.add(doc.error(base + ("schema",), str(exc),
+                                     f'a schema like "{op.split("::", 1)[1]}(Tensor self) -> Tensor"'))
+        if variants:
+            errors.add(doc.error(base + ("variants",), "variants are generated only for aten ops",
+                                 "no variants on a custom op (declare each overload as its own op)"))
+    else:
+        if schema is not None:
+            errors.add(doc.error(base + ("schema",), "aten ops take their schema from torch",
+                                 "no `schema` on an aten op (only on vendor::name ops)"))
+        if not aten.exists(op):
+            hint = aten.suggestions(op)
+            errors.add(doc.error(base + ("op",), f"unknown aten op {op!r}" + (f"; {hint}" if hint else ""),
+                                 "an overload name from torch's native_functions.yaml, e.g. add.Tensor"))
+        elif variants:
+            available = aten.variant_ops(op)
+            for j, variant in enumerate(variants):
+                if variant in available:
+                    variant_ops[variant] = available[variant]
+                    continue
+                if aten.op_kind(op) != "functional":
+                    message = f"{op!r} is {aten.op_kind(op)}; variants are generated from functional ops only"
+                else:
+                    message = f"{op!r} has no {variant} overload in this torch"
+                errors.add(doc.error(base + ("variants", j), message,
+                                     "variants among: " + (", ".join(available) or "none for this op")))
+
+    dtypes = tuple(entry["dtypes"])
+    tolerances: dict[str, Tolerance] = {}
+    given = entry.get("tolerance", {})
+    for key, tol in given.items():
+        if key not in dtypes:
+            errors.add(doc.error(base + ("tolerance", key), f"tolerance for {key!r}, which the op does not list in dtypes",
+                                 "tolerance keys among: " + ", ".join(dtypes)))
+        for part in ("atol", "rtol"):
+            if not math.isfinite(tol[part]):
+                errors.add(doc.error(base + ("tolerance", key, part), f"{tol[part]!r} is not a finite number",
+                                     "a number >= 0"))
+    for dtype in dtypes:
+        if dtype in given:
+            tolerances[dtype] = Tolerance(float(given[dtype]["atol"]), float(given[dtype]["rtol"]))
+        else:
+            tolerances[dtype] = Tolerance(*default_tolerance(dtype))
+
+    samples = entry.get("samples", [])
+    for s, sample in enumerate(samples):
+        for sub, message, expected in check_sample(sample):
+            errors.add(doc.error(base + ("samples", s) + sub, message, expected))
+
+    return OpSpec(
+        op=op,
+        family=family,
+        file=doc.file,
+        line=doc.line(base),
+        dtypes=dtypes,
+        variants=variants,
+        autocast=entry.get("autocast", "none"),
+        tolerances=tolerances,
+        samples=tuple(samples),
+        skip_conformance=entry.get("skip_conformance"),
+        schema=schema if custom else None,
+        is_custom=custom,
+        variant_ops=variant_ops,
+    )
+
+
+# ---------------------------------------------------------------- device
+
+def load_device(path: str | Path) -> DeviceDescriptor:
+    """Load a device.yaml; raise SpecErrors on any problem."""
+    errors = ErrorCollector()
+    result = _load_device(path, errors)
+    errors.raise_if_any()
+    return result[0]
+
+
+def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescriptor, Document] | None:
+    try:
+        doc = load_yaml(path)
+    except SpecError as err:
+        errors.add(err)
+        return None
+    schema_errors = validate(doc, "device")
+    if schema_errors:
+        for err in schema_errors:
+            errors.add(err)
+        return None
+    before = len(errors.errors)
+    data = doc.data
+    name = data["name"]
+    problem = backend_name_problem(name)
+    if problem:
+        errors.add(doc.error(("name",), problem,
+                             "a lowercase C++/Python identifier that is not a torch device type or torch module"))
+    upper = name.upper()
+
+    def size(path: tuple, value, default: int | None = None) -> int:
+        if value is None:
+            return default if default is not None else 0
+        try:
+            return parse_size(value)
+        except SizeError as exc:
+            errors.add(doc.error(path, exc.message, exc.expected))
+            return default or 1
+
+    memory = data["memory"]
+    capacity = size(("memory", "capacity"), memory["capacity"])
+    alignment = size(("memory", "alignment"), memory.get("alignment"), 512)
+    if alignment & (alignment - 1):
+        errors.add(doc.error(("memory", "alignment"), f"{alignment} is not a power of two", "e.g. 256, 512, 4096"))
+
+    alloc = data.get("allocator", {})
+    round_size = size(("allocator", "round_size"), alloc.get("round_size"), alignment)
+    max_split = alloc.get("max_split_size", "unlimited")
+    if isinstance(max_split, str) and max_split.strip().lower() == "unlimited":
+        max_split_size = None
+    else:
+        max_split_size = size(("allocator", "max_split_size"), max_split)
+    gc = float(alloc.get("garbage_collection_threshold", 0.0))
+    if not math.isfinite(gc):
+        errors.add(doc.error(("allocator", "garbage_collection_threshold"), f"{gc!r} is not a number",
+                             "a number in [0, 1)"))
+
+    dtypes = tuple(data["dtypes"])
+    amp = tuple(data.get("amp_dtypes", ()))
+    for j, d in enumerate(amp):
+        if d not in dtypes:
+            errors.add(doc.error(("amp_dtypes", j), f"{d!r} is not in dtypes", "amp dtypes the device supports"))
+    quant = data.get("quantization", {})
+    qdtypes = tuple(quant.get("dtypes", ()))
+    for j, d in enumerate(qdtypes):
+        if d not in dtypes:
+            errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
+                                 "quantized storage dtypes the device supports"))
+
+    native = []
+    for j, item in enumerate(data.get("native", [])):
+        (kind, value), = item.items()
+        native.append(NativeSelection(kind=kind, name=value, line=doc.line(("native", j))))
+
+    fb = data.get("fallback", {})
+    for listname in ("deny", "allow"):
+        for j, entry in enumerate(fb.get(listname, [])):
+            if aten.is_custom(entry) and not entry.startswith("aten::"):
+                continue  # vendor ops are checked against the backend's specs by load_backend
+            if not aten.matches_op_or_base(entry):
+                hint = aten.fallback_suggestions(entry)
+                errors.add(doc.error(("fallback", listname, j), f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
+                                     "an op overload (add.Tensor) or base name (add)"))
+
+    count = data.get("device_count", {"default": 1})
+    descriptor = DeviceDescriptor(
+        name=name,
+        display_name=data.get("display_name", name),
+        device_count_default=int(count["default"]),
+        device_count_env=count.get("env", f"{upper}_DEVICE_COUNT"),
+        memory_capacity=capacity,
+        memory_capacity_env=memory.get("capacity_env", f"{upper}_MEMORY_CAPACITY"),
+        memory_alignment=alignment,
+        allocator={
+            "round_size": round_size,
+            "max_split_size": max_split_size,
+            "garbage_collection_threshold": gc,
+            "env": alloc.get("env", f"{upper}_ALLOC_CONF"),
+        },
+        dtypes=dtypes,
+        amp_dtypes=amp,
+        quantization_schemes=tuple(quant.get("schemes", ())),
+        quantization_dtypes=qdtypes,
+        comm_backend=data.get("comm_backend"),
+        native=tuple(native),
+        fallback=FallbackPolicy(
+            mode=fb.get("mode", "allow"),
+            deny=tuple(fb.get("deny", ())),
+            allow=tuple(fb.get("allow", ())),
+            warn_env=fb.get("warn_once_env", f"{upper}_FALLBACK_WARN"),
+        ),
+        file=doc.file,
+    )
+    if len(errors.errors) > before:
+        return None
+    return descriptor, doc
+
+
+# ---------------------------------------------------------------- backend
+
+def backend_opspec_files(root: str | Path, canonical: Iterable[str | Path] | None = None) -> list[Path]:
+    """Op spec files a backend sees: the canonical ones, then root/opspec/*.yaml.
+
+    `canonical` replaces the installed canonical files (tests, or a vendor
+    pinning its own copy); None means `flsdk.spec.paths.canonical_opspec_files()`.
+    """
+    files = [Path(p) for p in (canonical_opspec_files() if canonical is None else canonical)]
+    own = Path(root) / "opspec"
+    known = {p.resolve() for p in files}
+    if own.is_dir():
+        files += [p for p in sorted(own.glob("*.yaml")) if p.is_file() and p.resolve() not in known]
+    return files
+
+
+def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None) -> Backend:
+    """Load a backend repo: root/device.yaml, the canonical op specs and the
+    backend's own root/opspec/*.yaml, and resolve the `native` selection.
+
+    `canonical`: see backend_opspec_files (None = the installed canonical set).
+
+    Raises SpecErrors with every problem found in any of those files.
+    """
+    root = Path(root)
+    errors = ErrorCollector()
+    device_path = root / "device.yaml"
+    if not device_path.is_file():
+        raise SpecError(str(device_path), None, "", "file not found",
+                        "a backend directory containing device.yaml") from None
+    loaded = _load_device(device_path, errors)
+    all_ops = _load_opspecs(backend_opspec_files(root, canonical), errors)
+    if loaded is None:
+        errors.raise_if_any()
+    descriptor, doc = loaded
+
+    for spec in all_ops:
+        if spec.is_custom and spec.namespace != descriptor.name:
+            errors.add(SpecError(spec.file, spec.line, "op",
+                                 f"custom op namespace {spec.namespace!r} is not the backend name",
+                                 f"{descriptor.name}::{spec.name.split('.')[0]}"))
+
+    by_name = {spec.op: spec for spec in all_ops}
+    families = sorted({spec.family for spec in all_ops})
+    selected: set[str] = set()
+    for j, sel in enumerate(descriptor.native):
+        field = ("native", j, sel.kind)
+        if sel.kind == "opspec":
+            if sel.name == "all":
+                selected.update(by_name)
+            elif sel.name in families:
+                selected.update(s.op for s in all_ops if s.family == sel.name)
+            else:
+                hint = did_you_mean(sel.name, families + ["all"])
+                errors.add(doc.error(field, f"unknown op family {sel.name!r}" + (f"; {hint}" if hint else ""),
+                                     "all, or one of the families: " + (", ".join(families) or "(no op spec files found)")))
+        else:
+            if sel.name in by_name:
+                selected.add(sel.name)
+            elif not aten.is_custom(sel.name) and aten.exists(sel.name):
+                errors.add(doc.error(field, f"{sel.name!r} has no op spec",
+                                     "add it to an op spec file (opspec/*.yaml of the backend) first"))
+            else:
+                hint = did_you_mean(sel.name, list(by_name))
+                if not hint and not aten.is_custom(sel.name):
+                    hint = aten.suggestions(sel.name)
+                errors.add(doc.error(field, f"unknown op {sel.name!r}" + (f"; {hint}" if hint else ""),
+                                     "an op listed in an op spec file"))
+
+    for listname in ("deny", "allow"):
+        for j, entry in enumerate(getattr(descriptor.fallback, listname)):
+            if aten.is_custom(entry) and not entry.startswith("aten::") and entry not in by_name:
+                errors.add(doc.error(("fallback", listname, j), f"unknown custom op {entry!r}",
+                                     "a custom op defined in the backend's opspec/*.yaml"))
+
+    errors.raise_if_any()
+    ops = [spec for spec in all_ops if spec.op in selected]
+    return Backend(descriptor=descriptor, ops=ops, all_ops=all_ops, root=root)
+
+
+__all__ = ["load_opspecs", "load_device", "load_backend", "backend_opspec_files"]

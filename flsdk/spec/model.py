@@ -1,0 +1,134 @@
+"""The typed model of op specs, device descriptors and backends.
+
+Everything here is built by `flsdk.spec.loader` from validated YAML and is
+frozen: codegen reads it and never has to re-check a field. Values are
+normalized (sizes in bytes, defaults filled in, tolerances for every dtype of
+an op), so templates need no defaulting logic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Conformance tolerance of one dtype: |device - cpu| <= atol + rtol * |cpu|."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op of an op spec file, resolved against the installed torch."""
+
+    op: str                          # "add.Tensor", "relu", or custom "acme::fused_gelu"
+    family: str                      # the file's `family`
+    file: str                        # spec file the op came from
+    line: int                        # line of its `- op:` entry
+    dtypes: tuple[str, ...]          # as listed (validated names from flsdk.spec.dtypes.DTYPES)
+    variants: tuple[str, ...]        # subset of ("inplace", "out"), in the order listed
+    autocast: str                    # "none" | "lower_precision_fp" | "fp32" | "promote"
+    tolerances: dict[str, Tolerance]  # one per dtype in `dtypes` (explicit, else the dtype default)
+    samples: tuple[list, ...]        # raw sample DSL lists (positional args, optional trailing kwargs dict)
+    skip_conformance: str | None     # reason, or None
+    schema: str | None               # custom ops: normalized schema "fused_gelu(Tensor x) -> Tensor"; aten: None
+    is_custom: bool                  # True for "vendor::name" ops
+    variant_ops: dict[str, str] = field(default_factory=dict)
+    # ^ the requested variants' overload names: {"inplace": "add_.Tensor", "out": "add.out"}
+
+    @property
+    def namespace(self) -> str:
+        """'aten' or the custom op's vendor namespace."""
+        return self.op.split("::", 1)[0] if self.is_custom else "aten"
+
+    @property
+    def name(self) -> str:
+        """The op without namespace: 'add.Tensor', 'fused_gelu'."""
+        return self.op.split("::", 1)[1] if self.is_custom else self.op
+
+
+@dataclass(frozen=True)
+class NativeSelection:
+    """One entry of device.yaml `native`: `{opspec: all|<family>}` or `{op: <name>}`."""
+
+    kind: str   # "opspec" or "op"
+    name: str   # "all", a family, or an op name
+    line: int   # line in device.yaml
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """CPU fallback: mode "allow" falls back for every op except `deny`;
+    mode "deny" falls back for no op except `allow`. Entries are op overload
+    names (`add.Tensor`) or base names (`add`, every overload)."""
+
+    mode: str                 # "allow" | "deny"
+    deny: tuple[str, ...]
+    allow: tuple[str, ...]
+    warn_env: str             # env var that turns the once-per-op fallback warning on/off
+
+
+@dataclass(frozen=True)
+class DeviceDescriptor:
+    """A chip as described by a backend's device.yaml, defaults filled in."""
+
+    name: str                        # device type string, C++ namespace, package torch_fl_<name>
+    display_name: str
+    device_count_default: int
+    device_count_env: str
+    memory_capacity: int             # bytes per device
+    memory_capacity_env: str
+    memory_alignment: int            # bytes, power of two
+    allocator: dict[str, Any]        # {"round_size": int, "max_split_size": int | None (unlimited),
+                                     #  "garbage_collection_threshold": float, "env": str}
+    dtypes: tuple[str, ...]
+    amp_dtypes: tuple[str, ...]      # subset of dtypes, of ("float16", "bfloat16")
+    quantization_schemes: tuple[str, ...]  # torch.qscheme names
+    quantization_dtypes: tuple[str, ...]   # of ("int8", "uint8", "int32")
+    comm_backend: str | None         # torch.distributed backend name, or None
+    native: tuple[NativeSelection, ...]
+    fallback: FallbackPolicy
+    file: str                        # the device.yaml it came from
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (tuples as lists), e.g. for a generated DESCRIPTOR."""
+        data = dataclasses.asdict(self)
+        return _plain(data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A backend repo: its descriptor and the op specs it sees."""
+
+    descriptor: DeviceDescriptor
+    ops: list[OpSpec]       # ops selected native by descriptor.native, in all_ops order
+    all_ops: list[OpSpec]   # canonical ops (files sorted by name) then the backend's own opspec/*.yaml
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    def op(self, name: str) -> OpSpec:
+        """The OpSpec named `name` among all ops (KeyError if none)."""
+        for spec in self.all_ops:
+            if spec.op == name:
+                return spec
+        raise KeyError(name)
+
+    def dtypes_for(self, spec: OpSpec) -> tuple[str, ...]:
+        """Dtypes both the op and the device support, in the op's order."""
+        return tuple(d for d in spec.dtypes if d in self.descriptor.dtypes)

@@ -1,0 +1,149 @@
+"""YAML reading that remembers the line of every mapping key and sequence item.
+
+PyYAML's composer gives nodes with marks; we walk the node tree ourselves to
+build plain Python data (dicts, lists, scalars) and a side table
+`lines[path] -> line` where `path` is a tuple like ('ops', 3, 'dtypes', 1).
+Keeping data plain lets jsonschema validate it unchanged, and the table turns
+any jsonschema or semantic error path back into a line.
+
+Stricter than `yaml.safe_load` on purpose: duplicate keys, non-text keys and
+custom tags are errors instead of being silently resolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from .errors import SpecError
+
+# The libyaml composer is several times faster; node marks are the same.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+PathT = tuple  # tuple[str | int, ...]
+
+
+@dataclass
+class Document:
+    """A parsed YAML file: plain data plus the line of every path in it."""
+
+    file: str
+    data: Any
+    lines: dict[PathT, int] = field(default_factory=dict)
+
+    def line(self, path: PathT) -> int:
+        """Line of `path`, or of its nearest ancestor that has one."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get((), 1)
+
+    def error(self, path: PathT, message: str, expected: str | None = None) -> SpecError:
+        from .errors import format_path
+
+        return SpecError(self.file, self.line(path), format_path(path), message, expected)
+
+
+def load_yaml(path: str | Path) -> Document:
+    """Read and parse one YAML file; every failure is a SpecError."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(file, None, "", "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(file, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise SpecError(file, None, "", f"cannot read file: {exc.strerror or exc}") from None
+    return parse_yaml(text, file)
+
+
+def parse_yaml(text: str, file: str = "<string>") -> Document:
+    """Parse YAML text (one document) into a Document."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = " ".join(s for s in (exc.context, exc.problem) if s)
+        raise SpecError(file, line, "", f"malformed YAML: {what or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(file, None, "", f"malformed YAML: {exc}") from None
+    doc = Document(file=file, data=None, lines={(): 1})
+    if node is None:  # empty file
+        return doc
+    doc.lines[()] = node.start_mark.line + 1
+    walker = _Walker(doc)
+    doc.data = walker.walk(node, ())
+    return doc
+
+
+class _Walker:
+    def __init__(self, doc: Document):
+        self.doc = doc
+        self.constructor = SafeConstructor()
+        self.active: set[int] = set()
+
+    def _err(self, node, path: PathT, message: str, expected: str | None = None) -> SpecError:
+        from .errors import format_path
+
+        return SpecError(self.doc.file, node.start_mark.line + 1, format_path(path), message, expected)
+
+    def walk(self, node, path: PathT) -> Any:
+        if isinstance(node, ScalarNode):
+            try:
+                return self.constructor.construct_object(node)
+            except yaml.YAMLError as exc:
+                problem = getattr(exc, "problem", None) or str(exc)
+                raise self._err(node, path, f"cannot read value: {problem}") from None
+            except (ValueError, OverflowError) as exc:
+                # e.g. a timestamp-looking value that is not a real date
+                raise self._err(node, path, f"cannot read value: {exc}") from None
+        if id(node) in self.active:
+            raise self._err(node, path, "recursive YAML alias")
+        self.active.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
+            if isinstance(node, SequenceNode):
+                return self._sequence(node, path)
+            raise self._err(node, path, f"unsupported YAML node {type(node).__name__}")
+        finally:
+            self.active.discard(id(node))
+
+    def _mapping(self, node: MappingNode, path: PathT) -> dict:
+        try:
+            # Resolves `<<: *anchor` merge keys the way safe_load does.
+            self.constructor.flatten_mapping(node)
+        except yaml.YAMLError as exc:
+            raise self._err(node, path, f"bad merge key: {getattr(exc, 'problem', exc)}") from None
+        out: dict = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, ScalarNode):
+                raise self._err(key_node, path, "mapping key must be plain text, not a list or mapping")
+            key = self.walk(key_node, path)
+            if not isinstance(key, str):
+                raise self._err(key_node, path, f"mapping key {key!r} must be text",
+                                f'quote it: "{key_node.value}"')
+            sub = path + (key,)
+            if key in out:
+                raise self._err(key_node, sub, f"duplicate key (first at line {self.doc.lines[sub]})",
+                                "each key once")
+            self.doc.lines[sub] = key_node.start_mark.line + 1
+            out[key] = self.walk(value_node, sub)
+        return out
+
+    def _sequence(self, node: SequenceNode, path: PathT) -> list:
+        out = []
+        for i, item in enumerate(node.value):
+            sub = path + (i,)
+            self.doc.lines[sub] = item.start_mark.line + 1
+            out.append(self.walk(item, sub))
+        return out
