@@ -1,0 +1,384 @@
+"""Conformance helpers: run an ATen op on CPU and on a device, compare the results.
+
+The inputs of an op come from the samples of its op spec, written in the sample
+DSL of docs/architecture.md:
+
+    a sample is a list of positional args, optionally ending with a dict of kwargs.
+    "T(2,3)"        random tensor of the tested dtype (shape (2, 3))
+    "T(2,3)+"       ... strictly positive
+    "T(2,3)[0,1]"   ... uniform in [0, 1)  (any [lo,hi])
+    "F(2,3)"        always float32 (takes the same modifiers as T)
+    "L(2,3;10)"     int64 in [0, 10)
+    "B(2,3)"        bool
+    "T()"           0-dim tensor
+    "T(2,3).t()"    a transposed, non-contiguous view (shape (3, 2); for more than
+                    two dims the last two are swapped)
+    "dtype:float16" a torch.dtype
+    numbers, booleans, null and lists are literals; lists and kwarg values are
+    materialized recursively (["T(2)", "T(3)"] is a list of tensors).
+
+Inputs are always made on CPU with a seeded generator, then copied to the device,
+so CPU and device see identical values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = [
+    "CompareResult", "compare", "default_tolerance", "materialize", "resolve_op",
+    "run_op", "to_device", "parse_dtype",
+]
+
+_DTYPES = {
+    "float32": torch.float32, "float": torch.float32,
+    "float64": torch.float64, "double": torch.float64,
+    "float16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "long": torch.int64,
+    "int32": torch.int32, "int": torch.int32,
+    "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+    "complex64": torch.complex64, "complex128": torch.complex128,
+}
+
+# Default tolerances per dtype (atol, rtol): torch.testing's for float32/float64;
+# wider atol for the 16-bit types because a device may accumulate in another
+# order than CPU. Integer and bool results must match exactly.
+_TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1e-2, 1.6e-2),
+    torch.complex64: (1e-5, 1.3e-6),
+    torch.complex128: (1e-7, 1e-7),
+}
+
+_TOKEN = re.compile(
+    r"""^(?P<kind>[TFLB])
+        \((?P<shape>[^;)]*)(?:;(?P<high>[^)]*))?\)
+        (?:(?P<pos>\+)|\[(?P<lo>[^,\]]+),(?P<hi>[^\]]+)\])?
+        (?P<t>\.t\(\))?$""",
+    re.VERBOSE,
+)
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    """"float16" -> torch.float16 (torch.dtype passes through)."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; known: {sorted(_DTYPES)}") from None
+
+
+def default_tolerance(dtype: str | torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) used when an op spec gives none for `dtype`; (0, 0) = exact."""
+    return _TOLERANCES.get(parse_dtype(dtype), (0.0, 0.0))
+
+
+# --- materialize --------------------------------------------------------------
+
+def _shape(text: str, token: str) -> tuple[int, ...]:
+    text = text.strip()
+    if not text:
+        return ()
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise ValueError(f"bad shape {text!r} in sample token {token!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative size in sample token {token!r}")
+    return dims
+
+
+def _number(text: str, token: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"bad bound {text!r} in sample token {token!r}") from None
+
+
+def _random(shape, dtype: torch.dtype, gen: torch.Generator, positive: bool,
+            bounds: tuple[float, float] | None) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if dtype.is_floating_point or dtype.is_complex:
+        if bounds is not None:
+            lo, hi = bounds
+        elif positive:
+            lo, hi = 0.5, 2.0   # away from 0 so log/rsqrt/div stay well conditioned
+        else:
+            lo, hi = -2.0, 2.0
+        # Draw in float64 and round once, so every dtype gets "the same" values.
+        return (torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+    # integers
+    if bounds is not None:
+        lo, hi = int(math.floor(bounds[0])), int(math.ceil(bounds[1]))
+    elif positive:
+        lo, hi = 1, 10
+    else:
+        lo, hi = (0 if dtype == torch.uint8 else -10), 10
+    if hi <= lo:
+        hi = lo + 1
+    return torch.randint(lo, hi, shape, generator=gen).to(dtype)
+
+
+def _tensor_token(token: str, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    m = _TOKEN.match(token.replace(" ", ""))
+    if m is None:
+        raise ValueError(f"bad sample token {token!r}")
+    kind = m["kind"]
+    shape = _shape(m["shape"], token)
+    positive = m["pos"] is not None
+    bounds = None
+    if m["lo"] is not None:
+        bounds = (_number(m["lo"], token), _number(m["hi"], token))
+        if bounds[1] <= bounds[0]:
+            raise ValueError(f"empty range in sample token {token!r}")
+    if kind == "L":
+        if m["high"] is None:
+            raise ValueError(f"sample token {token!r}: L(...) needs an upper bound, e.g. L(2,3;10)")
+        if positive or bounds:
+            raise ValueError(f"sample token {token!r}: L(...) takes no + or [lo,hi]")
+        high = int(_number(m["high"], token))
+        if high <= 0:
+            raise ValueError(f"sample token {token!r}: upper bound must be > 0")
+        t = torch.randint(0, high, shape, generator=gen, dtype=torch.int64)
+    else:
+        if m["high"] is not None:
+            raise ValueError(f"sample token {token!r}: only L(...) takes ';N'")
+        if kind == "B":
+            if positive or bounds:
+                raise ValueError(f"sample token {token!r}: B(...) takes no + or [lo,hi]")
+            t = _random(shape, torch.bool, gen, False, None)
+        else:
+            t = _random(shape, dtype if kind == "T" else torch.float32, gen, positive, bounds)
+    if m["t"]:
+        t = t.transpose(-2, -1) if t.dim() >= 2 else t
+    return t
+
+
+def _materialize_value(value: Any, dtype: torch.dtype, gen: torch.Generator) -> Any:
+    if isinstance(value, str):
+        if value.startswith("dtype:"):
+            return parse_dtype(value[len("dtype:"):])
+        return _tensor_token(value, dtype, gen)
+    if isinstance(value, (list, tuple)):
+        return [_materialize_value(v, dtype, gen) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialize_value(v, dtype, gen) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise ValueError(f"bad sample value {value!r} (type {type(value).__name__})")
+
+
+def materialize(sample: list, dtype: str | torch.dtype, device: str | torch.device = "cpu",
+                seed: int = 0) -> tuple[list, dict]:
+    """Turn a DSL sample into (args, kwargs) of real values on `device`.
+
+    Values are drawn on CPU from a generator seeded with `seed` (same sample,
+    dtype and seed give the same values on every device) and then copied.
+    """
+    if not isinstance(sample, (list, tuple)):
+        raise ValueError(f"a sample is a list of args (optionally ending with a kwargs dict), "
+                         f"got {sample!r}")
+    dtype = parse_dtype(dtype)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    items = list(sample)
+    kwargs_src = items.pop() if items and isinstance(items[-1], dict) else {}
+    args = [_materialize_value(v, dtype, gen) for v in items]
+    kwargs = {k: _materialize_value(v, dtype, gen) for k, v in kwargs_src.items()}
+    if torch.device(device).type != "cpu":
+        args, kwargs = to_device(args, device), to_device(kwargs, device)
+    return args, kwargs
+
+
+def to_device(value: Any, device: str | torch.device) -> Any:
+    """Copy every tensor inside `value` (lists, tuples, dicts) to `device`.
+
+    Always a copy, also to the same device (in-place ops must not share inputs
+    between the two runs), and strides are kept (a transposed input stays
+    non-contiguous).
+    """
+    if isinstance(value, torch.Tensor):
+        out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=device)
+        return out.copy_(value) if value.numel() else out
+    if isinstance(value, list):
+        return [to_device(v, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(to_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    return value
+
+
+# --- running and comparing ----------------------------------------------------
+
+def resolve_op(op_name: str) -> torch._ops.OpOverload:
+    """"add.Tensor" -> torch.ops.aten.add.Tensor; "relu" -> torch.ops.aten.relu.default."""
+    base, _, overload = op_name.partition(".")
+    namespace = "aten"
+    if "::" in base:
+        namespace, base = base.split("::", 1)
+    try:
+        packet = getattr(getattr(torch.ops, namespace), base)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError) as e:
+        raise ValueError(f"no op {op_name!r} in torch {torch.__version__}: {e}") from None
+
+
+def _mutated_positions(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]:
+    """Positional indices and kwarg names of the arguments the op writes to."""
+    pos, names = [], []
+    for i, a in enumerate(op._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            (names if a.kwarg_only else pos).append(i if not a.kwarg_only else a.name)
+    return pos, names
+
+
+def run_op(op_name: str, args: list, kwargs: dict, device: str | torch.device | None = None):
+    """Call the op; a factory op (schema has `device`) gets `device` unless given."""
+    op = resolve_op(op_name)
+    if device is not None and "device" not in kwargs and any(
+            a.name == "device" and a.kwarg_only for a in op._schema.arguments):
+        kwargs = dict(kwargs, device=torch.device(device))
+    return op(*args, **kwargs)
+
+
+@dataclass
+class CompareResult:
+    op: str
+    dtype: torch.dtype
+    max_abs_err: float
+    max_rel_err: float
+    compared: int       # number of tensors / scalars compared
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.abs = 0.0
+        self.rel = 0.0
+        self.count = 0
+
+
+def _check(expected: Any, actual: Any, where: str, atol: float, rtol: float,
+           errs: _Errors) -> None:
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            raise AssertionError(f"{where}: expected a tensor, got {type(actual).__name__}")
+        if expected.dtype != actual.dtype:
+            raise AssertionError(f"{where}: dtype {actual.dtype} != expected {expected.dtype}")
+        if expected.shape != actual.shape:
+            raise AssertionError(f"{where}: shape {tuple(actual.shape)} != expected "
+                                 f"{tuple(expected.shape)}")
+        errs.count += 1
+        if expected.numel() == 0:
+            return
+        if expected.dtype == torch.bool or not (expected.is_floating_point() or expected.is_complex()):
+            mismatch = expected != actual
+            if mismatch.any():
+                idx = mismatch.nonzero()[0].tolist()
+                raise AssertionError(
+                    f"{where}: {int(mismatch.sum())} of {expected.numel()} elements differ "
+                    f"(first at {idx}: {actual[tuple(idx)].item()} != {expected[tuple(idx)].item()})")
+            return
+        e = expected.to(torch.complex128 if expected.is_complex() else torch.float64)
+        a = actual.to(e.dtype)
+        nan_e, nan_a = e.isnan(), a.isnan()
+        if not torch.equal(nan_e, nan_a):
+            raise AssertionError(f"{where}: NaN at different positions")
+        finite = e.isfinite() & a.isfinite()
+        inf_mismatch = ~finite & ~nan_e & (e != a)
+        if inf_mismatch.any():
+            raise AssertionError(f"{where}: infinities differ")
+        diff = (e - a).abs()[finite]
+        if diff.numel():
+            ref = e.abs()[finite]
+            rel = diff / ref.clamp_min(torch.finfo(torch.float64).tiny)
+            errs.abs = max(errs.abs, float(diff.max()))
+            errs.rel = max(errs.rel, float(torch.where(ref > 0, rel, diff).max()))
+            bad = diff > atol + rtol * ref
+            if bad.any():
+                i = int(bad.nonzero()[0])
+                raise AssertionError(
+                    f"{where}: {int(bad.sum())} of {diff.numel()} elements beyond "
+                    f"atol={atol} rtol={rtol}; max abs err {float(diff.max()):.3g}, "
+                    f"first: {float(a[finite][i])} vs expected {float(e[finite][i])}")
+        return
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
+            raise AssertionError(f"{where}: expected a sequence of {len(expected)}, got {actual!r}")
+        for i, (x, y) in enumerate(zip(expected, actual)):
+            _check(x, y, f"{where}[{i}]", atol, rtol, errs)
+        return
+    if isinstance(expected, bool) or expected is None or isinstance(expected, (int, str)):
+        if expected != actual or type(expected) is not type(actual):
+            raise AssertionError(f"{where}: {actual!r} != expected {expected!r}")
+        errs.count += 1
+        return
+    if isinstance(expected, float):
+        if not isinstance(actual, (float, int)):
+            raise AssertionError(f"{where}: expected a float, got {actual!r}")
+        errs.count += 1
+        if math.isnan(expected) and math.isnan(actual):
+            return
+        diff = abs(expected - actual)
+        errs.abs = max(errs.abs, diff)
+        errs.rel = max(errs.rel, diff / abs(expected) if expected else diff)
+        if not diff <= atol + rtol * abs(expected):
+            raise AssertionError(f"{where}: {actual!r} != expected {expected!r}")
+        return
+    if expected != actual:
+        raise AssertionError(f"{where}: {actual!r} != expected {expected!r}")
+
+
+def compare(op_name: str, sample: list, dtype: str | torch.dtype,
+            device: str | torch.device, atol: float | None = None,
+            rtol: float | None = None, seed: int = 0) -> CompareResult:
+    """Run the op on CPU and on `device` with identical inputs; assert equal results.
+
+    Compares the returned value(s) and, for in-place / out ops, the arguments the
+    op writes to. Raises AssertionError naming the op, dtype and what differs.
+    With device="cpu" this checks that a sample is valid and deterministic.
+    """
+    dtype = parse_dtype(dtype)
+    d_atol, d_rtol = default_tolerance(dtype)
+    atol = d_atol if atol is None else atol
+    rtol = d_rtol if rtol is None else rtol
+    op = resolve_op(op_name)
+    args, kwargs = materialize(sample, dtype, "cpu", seed)
+    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
+    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+
+    label = f"{op_name} [{dtype}] sample {sample!r}"
+    expected = run_op(op_name, cpu_args, cpu_kwargs, "cpu")
+    actual = run_op(op_name, dev_args, dev_kwargs, device)
+
+    errs = _Errors()
+    try:
+        _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
+        pos, names = _mutated_positions(op)
+        for i in pos:
+            if i < len(cpu_args):
+                _check(cpu_args[i], _to_cpu(dev_args[i]), f"mutated arg {i}", atol, rtol, errs)
+        for n in names:
+            if n in cpu_kwargs:
+                _check(cpu_kwargs[n], _to_cpu(dev_kwargs[n]), f"mutated {n}=", atol, rtol, errs)
+    except AssertionError as e:
+        raise AssertionError(f"{label} on {device}: {e}") from None
+    return CompareResult(op_name, dtype, errs.abs, errs.rel, errs.count)
