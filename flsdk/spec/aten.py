@@ -11,6 +11,7 @@ same rule torchgen uses for NativeFunctionsGroup.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from dataclasses import dataclass
 
@@ -62,7 +63,21 @@ def exists(op: str) -> bool:
 
 def suggestions(op: str) -> str:
     """'did you mean ...?' for an unknown op name, or ''."""
-    return did_you_mean(op, _index().kinds)
+    return op_suggestions(op, _index().kinds)
+
+
+def op_suggestions(op: str, choices) -> str:
+    """Like did_you_mean, but overloads of the same base name come first:
+    for `relu.Tensor`, `relu` is the likely intent even though difflib
+    ranks `mul.Tensor` closer."""
+    choices = list(choices)
+    base = op.partition(".")[0]
+    same = [c for c in choices if c.partition(".")[0] == base]
+    same.sort(key=lambda c: -difflib.SequenceMatcher(None, op.lower(), c.lower()).ratio())
+    same = same[:3]
+    if not same:
+        return did_you_mean(op, choices)
+    return "did you mean " + ", ".join(repr(c) for c in same) + "?"
 
 
 def op_kind(op: str) -> str:

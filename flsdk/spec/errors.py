@@ -29,7 +29,9 @@ class SpecError(Exception):
     """One problem at `file:line` in `field`."""
 
     def __init__(self, file: str, line: int | None, field: str, message: str,
-                 expected: str | None = None):
+                 expected: str | None = None, path: tuple = ()):
+        # `path` is `field` as a tuple (('ops', 3, 'dtypes', 1)) when known.
+        self.path = tuple(path)
         self.file = str(file)
         self.line = line
         self.field = field

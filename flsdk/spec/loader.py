@@ -65,36 +65,60 @@ def _load_opspec_file(path: str | Path, errors: ErrorCollector) -> list[OpSpec]:
         errors.add(err)
         return []
     schema_errors = validate(doc, "opspec")
-    if schema_errors:
-        for err in schema_errors:
-            errors.add(err)
+    for err in schema_errors:
+        errors.add(err)
+    clean = _Clean(err.path for err in schema_errors)
+    if not isinstance(doc.data, dict) or not isinstance(doc.data.get("ops"), list):
         return []
-    family = doc.data["family"]
+    # A family with a schema error still lets the ops be checked; the
+    # placeholder never reaches a returned OpSpec since the file has errors.
+    family = doc.data["family"] if clean(("family",)) else "?"
     out = []
     for i, entry in enumerate(doc.data["ops"]):
         problems = ErrorCollector()
-        spec = _build_op(doc, family, i, entry, problems)
-        if problems:
-            for err in problems.errors:
-                errors.add(err)
-        else:
+        spec = _build_op(doc, family, i, entry, problems, clean)
+        for err in problems.errors:
+            errors.add(err)
+        if spec is not None and not problems and not schema_errors:
             out.append(spec)
     return out
 
 
-def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorCollector) -> OpSpec | None:
+class _Clean:
+    """Which paths have no schema error in, above or below them.
+
+    Meaning checks only look at clean fields, so one structural mistake does
+    not hide the other problems of the file nor cause follow-up noise.
+    """
+
+    def __init__(self, bad_paths: Iterable[tuple]):
+        self.bad = [tuple(p) for p in bad_paths]
+
+    def __call__(self, path: tuple) -> bool:
+        n = len(path)
+        return not any(b[:n] == path or path[:len(b)] == b for b in self.bad)
+
+
+def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorCollector,
+              clean: _Clean) -> OpSpec | None:
     base = ("ops", i)
-    op: str = entry["op"]
-    custom = aten.is_custom(op)
-    variants = tuple(entry.get("variants", ()))
-    schema = entry.get("schema")
+    if not isinstance(entry, dict):
+        return None
+    ok = {key: clean(base + (key,)) for key in
+          ("op", "schema", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance")}
+    op = entry.get("op") if ok["op"] else None
+    custom = op is not None and aten.is_custom(op)
+    variants = tuple(entry.get("variants", ())) if ok["variants"] else ()
+    schema = entry.get("schema") if ok["schema"] else None
     variant_ops: dict[str, str] = {}
 
-    if custom:
-        if schema is None:
+    if op is None:
+        pass
+    elif custom:
+        if "schema" not in entry:
             errors.add(doc.error(base + ("op",), f"custom op {op!r} needs a `schema`",
                                  f'schema: "{op.split("::", 1)[1].split(".")[0]}(Tensor self) -> Tensor"'))
-        else:
+        elif schema is not None:
             try:
                 schema = aten.check_custom_schema(op, schema)
             except ValueError as exc:
@@ -104,7 +128,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
             errors.add(doc.error(base + ("variants",), "variants are generated only for aten ops",
                                  "no variants on a custom op (declare each overload as its own op)"))
     else:
-        if schema is not None:
+        if "schema" in entry:
             errors.add(doc.error(base + ("schema",), "aten ops take their schema from torch",
                                  "no `schema` on an aten op (only on vendor::name ops)"))
         if not aten.exists(op):
@@ -124,28 +148,37 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
                 errors.add(doc.error(base + ("variants", j), message,
                                      "variants among: " + (", ".join(available) or "none for this op")))
 
-    dtypes = tuple(entry["dtypes"])
-    tolerances: dict[str, Tolerance] = {}
+    dtypes = tuple(entry["dtypes"]) if ok["dtypes"] else None
     given = entry.get("tolerance", {})
+    given = given if isinstance(given, dict) else {}
     for key, tol in given.items():
-        if key not in dtypes:
-            errors.add(doc.error(base + ("tolerance", key), f"tolerance for {key!r}, which the op does not list in dtypes",
+        if not clean(base + ("tolerance", key)):
+            continue
+        if dtypes is not None and key not in dtypes:
+            errors.add(doc.error(base + ("tolerance", key),
+                                 f"tolerance for {key!r}, which the op does not list in dtypes",
                                  "tolerance keys among: " + ", ".join(dtypes)))
         for part in ("atol", "rtol"):
             if not math.isfinite(tol[part]):
                 errors.add(doc.error(base + ("tolerance", key, part), f"{tol[part]!r} is not a finite number",
                                      "a number >= 0"))
+
+    samples = entry.get("samples", [])
+    samples = samples if isinstance(samples, list) else []
+    for s, sample in enumerate(samples):
+        if not clean(base + ("samples", s)):
+            continue
+        for sub, message, expected in check_sample(sample):
+            errors.add(doc.error(base + ("samples", s) + sub, message, expected))
+
+    if op is None or dtypes is None or not all(ok.values()):
+        return None
+    tolerances: dict[str, Tolerance] = {}
     for dtype in dtypes:
         if dtype in given:
             tolerances[dtype] = Tolerance(float(given[dtype]["atol"]), float(given[dtype]["rtol"]))
         else:
             tolerances[dtype] = Tolerance(*default_tolerance(dtype))
-
-    samples = entry.get("samples", [])
-    for s, sample in enumerate(samples):
-        for sub, message, expected in check_sample(sample):
-            errors.add(doc.error(base + ("samples", s) + sub, message, expected))
-
     return OpSpec(
         op=op,
         family=family,
@@ -344,7 +377,7 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
                 errors.add(doc.error(field, f"{sel.name!r} has no op spec",
                                      "add it to an op spec file (opspec/*.yaml of the backend) first"))
             else:
-                hint = did_you_mean(sel.name, list(by_name))
+                hint = aten.op_suggestions(sel.name, list(by_name))
                 if not hint and not aten.is_custom(sel.name):
                     hint = aten.suggestions(sel.name)
                 errors.add(doc.error(field, f"unknown op {sel.name!r}" + (f"; {hint}" if hint else ""),

@@ -48,7 +48,7 @@ class Document:
     def error(self, path: PathT, message: str, expected: str | None = None) -> SpecError:
         from .errors import format_path
 
-        return SpecError(self.file, self.line(path), format_path(path), message, expected)
+        return SpecError(self.file, self.line(path), format_path(path), message, expected, path=tuple(path))
 
 
 def load_yaml(path: str | Path) -> Document:

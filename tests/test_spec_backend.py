@@ -1,0 +1,156 @@
+"""Loading a whole backend: native selection, cross-file rules, warnings, canonical specs, speed."""
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import flsdk.spec.paths as paths
+from flsdk.spec import Backend, SpecError, SpecErrors, check_backend, load_backend, load_opspecs, opspec_dir
+from flsdk.spec.paths import canonical_opspec_files
+
+FIXTURES = Path(__file__).parent / "fixtures" / "spec"
+CANONICAL = sorted((FIXTURES / "opspec").glob("*.yaml"))  # stand-ins for opspec/*.yaml
+
+
+@pytest.fixture
+def backend_dir(tmp_path):
+    root = tmp_path / "acme_backend"
+    shutil.copytree(FIXTURES / "backend", root)
+    return root
+
+
+def edit_device(root, old, new):
+    path = root / "device.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def errors_of(root):
+    with pytest.raises(SpecErrors) as info:
+        load_backend(root, CANONICAL)
+    return info.value
+
+
+def test_good_backend_loads(backend_dir):
+    b = load_backend(backend_dir, CANONICAL)
+    assert isinstance(b, Backend) and b.name == "acme" and b.root == backend_dir
+    assert [o.op for o in b.all_ops] == ["add.Tensor", "mul.Tensor", "div.Tensor_mode", "relu", "exp",
+                                         "sum.dim_IntList", "acme::fused_gelu"]
+    # opspec: binary + op: relu + op: acme::fused_gelu, in all_ops order
+    assert [o.op for o in b.ops] == ["add.Tensor", "mul.Tensor", "div.Tensor_mode", "relu", "acme::fused_gelu"]
+    assert b.op("exp").family == "unary"
+    with pytest.raises(KeyError):
+        b.op("nope")
+    # the device has no complex64/int64 restrictions here: intersection keeps op order
+    assert b.dtypes_for(b.op("add.Tensor")) == ("float32", "float16", "bfloat16", "int64", "int32")
+
+
+def test_select_all(backend_dir):
+    edit_device(backend_dir, "  - opspec: binary\n  - op: relu\n  - op: acme::fused_gelu\n", "  - opspec: all\n")
+    b = load_backend(backend_dir, CANONICAL)
+    assert [o.op for o in b.ops] == [o.op for o in b.all_ops]
+
+
+def test_unknown_family_and_op_in_native(backend_dir):
+    path = edit_device(backend_dir, "  - opspec: binary\n  - op: relu\n",
+                       "  - opspec: binray\n  - op: relu.Tensor\n  - op: mm\n")
+    errs = errors_of(backend_dir)
+    texts = {e.field: str(e) for e in errs}
+    assert texts["native[0].opspec"].startswith(f"{path}:19: native[0].opspec: unknown op family 'binray'")
+    assert "did you mean 'binary'" in texts["native[0].opspec"]
+    assert texts["native[1].op"].startswith(f"{path}:20: native[1].op: unknown op 'relu.Tensor'")
+    assert "did you mean 'relu'" in texts["native[1].op"]
+    # an aten op that exists but has no spec gets a different, actionable message
+    assert texts["native[2].op"].startswith(f"{path}:21: native[2].op: 'mm' has no op spec")
+
+
+def test_custom_op_namespace_must_be_backend_name(backend_dir):
+    spec = backend_dir / "opspec" / "acme_custom.yaml"
+    spec.write_text(spec.read_text().replace("acme::fused_gelu", "other::fused_gelu"))
+    edit_device(backend_dir, "  - op: acme::fused_gelu\n", "")
+    errs = errors_of(backend_dir)
+    (err,) = errs
+    assert (err.file, err.line, err.field) == (str(spec), 4, "op")
+    assert "namespace 'other'" in str(err) and "acme::fused_gelu" in str(err)
+
+
+def test_backend_op_duplicating_a_canonical_op(backend_dir):
+    dup = backend_dir / "opspec" / "mine.yaml"
+    dup.write_text("family: mine\nops:\n  - op: relu\n    dtypes: [float32]\n")
+    err = next(e for e in errors_of(backend_dir) if "duplicate" in e.message)
+    assert (err.file, err.line) == (str(dup), 3)
+    assert f"first defined at {FIXTURES / 'opspec' / 'unary.yaml'}:4" in str(err)
+
+
+def test_errors_in_device_and_specs_reported_together(backend_dir):
+    edit_device(backend_dir, "capacity: 1 GiB", "capacity: 1 GB")
+    spec = backend_dir / "opspec" / "acme_custom.yaml"
+    spec.write_text(spec.read_text().replace("dtypes: [float32]", "dtypes: [flaot32]"))
+    errs = errors_of(backend_dir)
+    assert {Path(e.file).name for e in errs} == {"device.yaml", "acme_custom.yaml"}
+
+
+def test_missing_device_yaml(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_backend(tmp_path, CANONICAL)
+    assert str(info.value).startswith(f"{tmp_path / 'device.yaml'}: file not found")
+
+
+def test_check_backend_warnings(backend_dir):
+    edit_device(backend_dir, "amp_dtypes: [bfloat16, float16]\n", "")
+    edit_device(backend_dir, "  - op: relu\n", "  - op: relu\n  - op: exp\n")
+    edit_device(backend_dir, "deny: [mul.out]", "deny: [mul.out], allow: [add]")
+    warnings = check_backend(backend_dir, CANONICAL)
+    text = "\n".join(warnings)
+    assert "div.Tensor_mode: conformance skipped: rounding differs" in text
+    assert "fallback.allow has no effect in mode allow" in text
+    assert "fallback.deny lists 'mul.out', which has a native kernel anyway" in text
+    assert "family 'acme_custom' differs from the file name" not in text  # same stem
+    for w in warnings:
+        assert ":" in w.split(" ")[0]  # every warning starts with file:line
+
+
+def test_opspec_dir_source_tree_and_installed(tmp_path, monkeypatch):
+    repo = Path(__file__).resolve().parent.parent
+    assert opspec_dir() == repo / "opspec"
+    assert (opspec_dir() / "schema" / "opspec.schema.json").is_file()
+    # an installed wheel: flsdk/_opspec next to the package modules
+    fake_pkg = tmp_path / "site" / "flsdk"
+    shutil.copytree(repo / "opspec" / "schema", fake_pkg / "_opspec" / "schema")
+    monkeypatch.setattr(paths, "_PACKAGE", fake_pkg)
+    assert paths.opspec_dir() == fake_pkg / "_opspec"
+    shutil.rmtree(fake_pkg / "_opspec")
+    with pytest.raises(SpecError, match="installation is incomplete"):
+        paths.opspec_dir()
+
+
+def test_every_canonical_opspec_file_loads():
+    files = canonical_opspec_files()
+    if not files:
+        pytest.skip("no canonical opspec/*.yaml yet")
+    ops = load_opspecs(files)
+    assert ops and all(o.family for o in ops)
+
+
+def test_loading_is_fast():
+    """A cold process loads the canonical set (or the fixtures while it is
+    empty) plus a backend; the budget is 2 s, asserted with slack for a busy
+    shared machine."""
+    code = textwrap.dedent(f"""
+        import time
+        t0 = time.perf_counter()
+        from flsdk.spec import load_backend
+        from flsdk.spec.paths import canonical_opspec_files
+        files = canonical_opspec_files() or {[str(p) for p in CANONICAL]!r}
+        load_backend({str(FIXTURES / 'backend')!r}, files)
+        print(time.perf_counter() - t0)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seconds = float(out.stdout.strip().splitlines()[-1])
+    assert seconds < 4.0, f"loading took {seconds:.2f} s"
