@@ -1,0 +1,302 @@
+// acme binary pointwise kernels: arithmetic, division with rounding modes,
+// pow, min/max, modulo, bitwise. Inputs broadcast and promote as in torch;
+// CPU 0-dim tensors (wrapped Python scalars) are read on the host.
+#include "common/common.h"
+
+#if __has_include("../generated/kernels.h")
+#include "../generated/kernels.h"
+#endif
+
+#include <cmath>
+#include <limits>
+
+namespace acme::kernels {
+using namespace acme::common;
+
+namespace {
+
+void check_alpha(const char* op, at::ScalarType compute, const at::Scalar& alpha) {
+  if (c10::isIntegralType(compute, /*includeBool=*/true)) {
+    ACME_CHECK(!alpha.isFloatingPoint(), op,
+               "for integral input tensors, argument alpha must not be a floating point "
+               "number (dtype ", dtype_name(compute), ")");
+  }
+  if (compute == at::kBool) {
+    ACME_CHECK(alpha.isBoolean() || alpha.isIntegral(true), op,
+               "boolean alpha only supported for boolean results");
+  }
+}
+
+// Python-style floor division of floats (result rounded like Python's //):
+// computed from fmod so that e.g. 0.3 // 0.1 == 2 rather than 3.
+template <class M>
+M floor_div_float(M a, M b) {
+  if (b == M(0)) return a / b;
+  M mod = std::fmod(a, b);
+  M div = (a - mod) / b;
+  if (mod != M(0) && ((b < M(0)) != (mod < M(0)))) div -= M(1);
+  if (div == M(0)) return std::copysign(M(0), a / b);
+  M fl = std::floor(div);
+  if (div - fl > M(0.5)) fl += M(1);
+  return fl;
+}
+
+template <class M>
+M floor_div_int(M a, M b) {
+  M q = a / b;
+  if constexpr (std::is_signed_v<M>) {
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  }
+  return q;
+}
+
+template <class M>
+M int_pow(M base, M exp) {
+  if constexpr (std::is_signed_v<M>) {
+    if (exp < 0) {
+      // torch's rule for integer tensors raised to negative integer powers
+      if (base == 1) return 1;
+      if (base == -1) return (exp % 2 == 0) ? 1 : -1;
+      return 0;
+    }
+  }
+  M result = 1;
+  while (exp) {
+    if (exp & 1) result = static_cast<M>(result * base);
+    exp >>= 1;
+    base = static_cast<M>(base * base);
+  }
+  return result;
+}
+
+template <class M>
+M float_pow(M x, M e) {
+  return std::pow(x, e);
+}
+
+}  // namespace
+
+at::Tensor k_add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "add.Tensor";
+  const auto compute = promote({&self, &other});
+  check_alpha(op, compute, alpha);
+  return binary_kernel<kAll>(op, self, other, compute, [&alpha](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M al = alpha.to<M>();
+    if constexpr (std::is_same_v<M, bool>) {
+      return [al](M x, M y) -> M { return x || (al && y); };
+    } else {
+      return [al](M x, M y) -> M { return x + al * y; };
+    }
+  });
+}
+
+at::Tensor k_sub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "sub.Tensor";
+  const auto compute = promote({&self, &other});
+  ACME_CHECK(self.scalar_type() != at::kBool && other.scalar_type() != at::kBool, op,
+             "subtraction, the `-` operator, with a bool tensor is not supported. "
+             "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+             "instead.");
+  check_alpha(op, compute, alpha);
+  return binary_kernel<kAllNoBool>(op, self, other, compute, [&alpha](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M al = alpha.to<M>();
+    return [al](M x, M y) -> M { return x - al * y; };
+  });
+}
+
+at::Tensor k_mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("mul.Tensor", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if constexpr (std::is_same_v<M, bool>) return x && y;
+      else return x * y;
+    };
+  });
+}
+
+at::Tensor k_div_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  // true division: integers promote to the default float dtype
+  const auto compute = float_compute(promote({&self, &other}));
+  return binary_kernel<kFloating>("div.Tensor", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return x / y; };
+  });
+}
+
+at::Tensor k_div_Tensor_mode(const at::Tensor& self, const at::Tensor& other,
+                             std::optional<c10::string_view> rounding_mode) {
+  const char* op = "div.Tensor_mode";
+  if (!rounding_mode.has_value()) return k_div_Tensor(self, other);
+  const bool trunc = *rounding_mode == "trunc";
+  ACME_CHECK(trunc || *rounding_mode == "floor", op,
+             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '",
+             std::string(*rounding_mode), "'");
+  const auto compute = promote({&self, &other});
+  bool div_by_zero = false;
+  auto out = binary_kernel<kAllNoBool>(op, self, other, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [trunc, &div_by_zero](M x, M y) -> M {
+      if constexpr (std::is_integral_v<M>) {
+        if (y == 0) {
+          div_by_zero = true;
+          return 0;
+        }
+        return trunc ? static_cast<M>(x / y) : floor_div_int<M>(x, y);
+      } else {
+        return trunc ? std::trunc(x / y) : floor_div_float<M>(x, y);
+      }
+    };
+  });
+  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer division by zero)");
+  return out;
+}
+
+at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponent) {
+  const char* op = "pow.Tensor_Scalar";
+  const auto compute = promote({&self}, {&exponent});
+  if (c10::isIntegralType(compute, true) && exponent.isIntegral(false)) {
+    ACME_CHECK(exponent.toLong() >= 0, op,
+               "Integers to negative integer powers are not allowed.");
+  }
+  return unary_kernel<kAllNoBool>(op, self, compute, [&exponent](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M e = exponent.to<M>();
+    if constexpr (std::is_integral_v<M>) {
+      return [e](M x) -> M { return int_pow<M>(x, e); };
+    } else {
+      // exact and fast paths for the exponents optimizers and norms use
+      const int mode = e == M(2) ? 1 : e == M(0.5) ? 2 : e == M(-1) ? 3 : 0;
+      return [e, mode](M x) -> M {
+        switch (mode) {
+          case 1: return x * x;
+          case 2: return std::sqrt(x);
+          case 3: return M(1) / x;
+          default: return float_pow<M>(x, e);
+        }
+      };
+    }
+  });
+}
+
+at::Tensor k_pow_Tensor_Tensor(const at::Tensor& self, const at::Tensor& exponent) {
+  return binary_kernel<kAllNoBool>("pow.Tensor_Tensor", self, exponent,
+                                   promote({&self, &exponent}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M e) -> M {
+      if constexpr (std::is_integral_v<M>) return int_pow<M>(x, e);
+      else return float_pow<M>(x, e);
+    };
+  });
+}
+
+at::Tensor k_pow_Scalar(const at::Scalar& self, const at::Tensor& exponent) {
+  const char* op = "pow.Scalar";
+  const auto compute = promote({&exponent}, {&self});
+  return unary_kernel<kAllNoBool>(op, exponent, compute, [&self](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M b = self.to<M>();
+    return [b](M e) -> M {
+      if constexpr (std::is_integral_v<M>) return int_pow<M>(b, e);
+      else return float_pow<M>(b, e);
+    };
+  });
+}
+
+// maximum/minimum propagate NaN (unlike fmax/fmin).
+at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("maximum", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if constexpr (std::is_floating_point_v<M>) {
+        if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<M>::quiet_NaN();
+      }
+      return x > y ? x : y;
+    };
+  });
+}
+
+at::Tensor k_minimum(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("minimum", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if constexpr (std::is_floating_point_v<M>) {
+        if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<M>::quiet_NaN();
+      }
+      return x < y ? x : y;
+    };
+  });
+}
+
+at::Tensor k_fmod_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  const char* op = "fmod.Tensor";
+  bool div_by_zero = false;
+  auto out = binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [&div_by_zero](M x, M y) -> M {
+      if constexpr (std::is_integral_v<M>) {
+        if (y == 0) {
+          div_by_zero = true;
+          return 0;
+        }
+        return static_cast<M>(x % y);
+      } else {
+        return std::fmod(x, y);
+      }
+    };
+  });
+  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer modulo by zero)");
+  return out;
+}
+
+at::Tensor k_remainder_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  const char* op = "remainder.Tensor";
+  bool div_by_zero = false;
+  auto out = binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    // Python modulo: the result has the sign of the divisor
+    return [&div_by_zero](M x, M y) -> M {
+      if constexpr (std::is_integral_v<M>) {
+        if (y == 0) {
+          div_by_zero = true;
+          return 0;
+        }
+        M r = static_cast<M>(x % y);
+        if constexpr (std::is_signed_v<M>) {
+          if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<M>(r + y);
+        }
+        return r;
+      } else {
+        M r = std::fmod(x, y);
+        if (r != M(0) && ((r < M(0)) != (y < M(0)))) r += y;
+        return r;
+      }
+    };
+  });
+  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer modulo by zero)");
+  return out;
+}
+
+at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
+  const auto compute = float_compute(promote({&self, &other}));
+  return binary_kernel<kFloating>("atan2", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M y, M x) -> M { return std::atan2(y, x); };
+  });
+}
+
+#define ACME_BITWISE(NAME, OPR)                                                            \
+  at::Tensor k_##NAME##_Tensor(const at::Tensor& self, const at::Tensor& other) {          \
+    return binary_kernel<kIntegralAndBool>(#NAME ".Tensor", self, other,                   \
+                                           promote({&self, &other}), [](auto tag) {        \
+      using M = opmath_t<ACME_T(tag)>;                                                      \
+      return [](M x, M y) -> M { return static_cast<M>(x OPR y); };                         \
+    });                                                                                     \
+  }
+ACME_BITWISE(bitwise_and, &)
+ACME_BITWISE(bitwise_or, |)
+ACME_BITWISE(bitwise_xor, ^)
+#undef ACME_BITWISE
+
+}  // namespace acme::kernels

@@ -1,0 +1,86 @@
+// Drivers for elementwise kernels: prepare (promote, broadcast, allocate,
+// convert inputs), dispatch on the compute dtype, run the typed loop.
+// The op body is given as a *factory*: a generic lambda taking a Tag<T> of the
+// compute dtype and returning the element functor, so it can convert Scalars
+// to the compute type once, outside the loop:
+//
+//   return unary_kernel<kFloating>(op, self, float_compute(self.scalar_type()),
+//       [](auto tag) { using M = opmath_t<ACME_T(tag)>;
+//                      return [](M x) { return std::exp(x); }; });
+//
+// Element functors get values in opmath_t<T> (float for float16/bfloat16) and
+// their result is rounded once into the output dtype.
+#pragma once
+
+#include <c10/core/DefaultDtype.h>
+
+#include "alloc.h"
+
+namespace acme::common {
+
+// Dtype that float-valued ops (exp, div, mean...) compute in: integral and
+// bool inputs promote to the default float dtype, as in torch.
+inline at::ScalarType float_compute(at::ScalarType st) {
+  if (c10::isIntegralType(st, /*includeBool=*/true))
+    return c10::typeMetaToScalarType(c10::get_default_dtype());
+  return st;
+}
+
+// Output element type: `void` = the compute type, or a fixed type (bool for
+// predicates). Fixing it at compile time keeps instantiations to one loop per
+// compute dtype.
+template <class OutT, class T>
+using out_t = std::conditional_t<std::is_void_v<OutT>, T, OutT>;
+
+template <class OutT>
+inline at::ScalarType out_dtype_for(at::ScalarType compute) {
+  if constexpr (std::is_void_v<OutT>) return compute;
+  else return c10::CppTypeToScalarType<OutT>::value;
+}
+
+template <unsigned Set, class OutT = void, class Factory>
+inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::ScalarType compute,
+                               Factory factory) {
+  Elementwise e = prepare(op, {&self}, compute, out_dtype_for<OutT>(compute));
+  StridedIter it = make_iter(e);
+  dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    map1<out_t<OutT, T>, T>(it, [&](T a) { return f(static_cast<M>(a)); });
+  });
+  return e.out;
+}
+
+template <unsigned Set, class OutT = void, class Factory>
+inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                at::ScalarType compute, Factory factory) {
+  Elementwise e = prepare(op, {&a, &b}, compute, out_dtype_for<OutT>(compute));
+  StridedIter it = make_iter(e);
+  dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    map2<out_t<OutT, T>, T, T>(
+        it, [&](T x, T y) { return f(static_cast<M>(x), static_cast<M>(y)); });
+  });
+  return e.out;
+}
+
+template <unsigned Set, class OutT = void, class Factory>
+inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
+                                 const at::Tensor& c, at::ScalarType compute, Factory factory) {
+  Elementwise e = prepare(op, {&a, &b, &c}, compute, out_dtype_for<OutT>(compute));
+  StridedIter it = make_iter(e);
+  dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    map3<out_t<OutT, T>, T, T, T>(it, [&](T x, T y, T z) {
+      return f(static_cast<M>(x), static_cast<M>(y), static_cast<M>(z));
+    });
+  });
+  return e.out;
+}
+
+}  // namespace acme::common
