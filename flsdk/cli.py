@@ -1,0 +1,254 @@
+"""The `flsdk` command: new-backend, gen, check, ops, doctor, compare.
+
+User mistakes (bad specs, bad arguments) print one clear message and exit 2;
+a Python traceback means a bug in flsdk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from flsdk import __version__
+
+EXIT_USER_ERROR = 2
+
+
+def _err(message: str) -> int:
+    print(f"flsdk: error: {message}", file=sys.stderr)
+    return EXIT_USER_ERROR
+
+
+def _backend_root(path: str | None) -> Path:
+    root = Path(path or ".").resolve()
+    if not (root / "device.yaml").is_file():
+        raise FileNotFoundError(f"{root} has no device.yaml; run flsdk in a backend repo "
+                                "(or pass its path), or create one with `flsdk new-backend NAME`")
+    return root
+
+
+def cmd_gen(args) -> int:
+    from flsdk.codegen.generate import generate
+
+    result = generate(_backend_root(args.path), check=args.check, dry_run=args.dry_run,
+                      force=args.force)
+    r = result.report
+    verb = "would write" if (args.check or args.dry_run) else "wrote"
+    for label, items in (("created", r.created), ("updated", r.updated)):
+        for item in items:
+            print(f"  {label:9} {item}")
+    for item in result.stubs_created:
+        print(f"  {'stub':9} {item}  (new kernel stub: fill it, delete its flsdk:stub line)")
+    for item in r.conflicts:
+        print(f"  {'EDITED':9} {item}  (edited by hand; not overwritten - rerun with --force, "
+              "which keeps a .bak copy)", file=sys.stderr)
+    for item in r.backups:
+        print(f"  {'backup':9} {item}")
+    for item in result.orphan_kernels:
+        print(f"  {'orphan':9} {item}: its op is no longer in the specs; not registered, not deleted")
+    for item in result.drift:
+        print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
+    for item in result.skipped_variants:
+        print(f"  {'skipped':9} variant {item}: only single-tensor results can be derived")
+    n_native = len(result.backend.ops)
+    print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
+          f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "
+          f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
+    if r.conflicts:
+        return 1
+    if args.check and (r.created or r.updated or result.stubs_created):
+        print("flsdk gen --check: generated files are stale; run `flsdk gen`", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_check(args) -> int:
+    from flsdk.spec import check_backend, load_backend
+
+    root = _backend_root(args.path)
+    backend = load_backend(root)
+    for warning in check_backend(root):
+        print(f"warning: {warning}")
+    print(f"flsdk check: {root}: device.yaml and {len(backend.all_ops)} op specs are valid; "
+          f"{len(backend.ops)} ops selected native")
+    return 0
+
+
+def op_statuses(root: Path) -> list[dict]:
+    """Every op the backend sees: native, stub, missing (no kernel file yet),
+    fallback (not selected), or glue (implemented by the generated glue)."""
+    from flsdk.codegen.context import GLUE_OPS, kernel_name
+    from flsdk.codegen.kernel_scan import scan_kernels
+    from flsdk.spec import load_backend
+
+    backend = load_backend(root)
+    scan = scan_kernels(root)
+    selected = {spec.op for spec in backend.ops}
+    rows = [{"op": op, "family": "minimal", "status": "glue", "kernel": "generated/minimal_ops.cpp"}
+            for op in GLUE_OPS]
+    for spec in backend.all_ops:
+        kernel = kernel_name(spec)
+        if spec.op in selected:
+            status = scan.status(kernel)
+            where = scan.native.get(kernel) or scan.stubs.get(kernel) or ""
+        else:
+            status, where = "fallback", ""
+        rows.append({"op": spec.op, "family": spec.family, "status": status, "kernel": where})
+    return rows
+
+
+def cmd_ops(args) -> int:
+    rows = op_statuses(_backend_root(args.path))
+    if args.status:
+        rows = [r for r in rows if r["status"] in args.status]
+    counts = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    if args.format == "json":
+        print(json.dumps({"ops": rows, "counts": counts}, indent=1))
+        return 0
+    if args.format == "markdown":
+        print("| op | family | status | kernel |\n| --- | --- | --- | --- |")
+        for r in rows:
+            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel']} |")
+    else:
+        width = max([len(r["op"]) for r in rows] + [2])
+        print(f"{'op':{width}}  {'family':12}  {'status':8}  kernel")
+        for r in rows:
+            print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  {r['kernel']}")
+    print("\n" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return 0
+
+
+def cmd_new_backend(args) -> int:
+    from flsdk.scaffold import render_backend
+
+    out = Path(args.out or args.name).resolve()
+    written = render_backend(args.name, out, args.display_name)
+    print(f"flsdk new-backend: {args.name}: {len(written)} files in {out}")
+    if not args.no_gen:
+        gen_args = argparse.Namespace(path=str(out), check=False, dry_run=False, force=False)
+        code = cmd_gen(gen_args)
+        if code:
+            return code
+    print(f"next: cd {out} && pip install --no-build-isolation . && "
+          f"python -c \"import torch; print(torch.ones(2, device='{args.name}') + 1)\"")
+    return 0
+
+
+def _version_of(command: list[str]) -> str:
+    exe = shutil.which(command[0])
+    if not exe:
+        return "not found"
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=20)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "found, but did not answer"
+
+
+def cmd_doctor(args) -> int:
+    problems = 0
+    print(f"flsdk {__version__}, Python {sys.version.split()[0]} ({sys.executable})")
+    try:
+        import torch
+
+        print(f"torch {torch.__version__} ({Path(torch.__file__).parent})")
+    except Exception as exc:  # a broken torch is exactly what doctor reports
+        print(f"torch: NOT importable: {exc}")
+        return 1
+    print(f"C++ compiler: {_version_of([os.environ.get('CXX', 'c++'), '--version'])}")
+    print(f"cmake: {_version_of(['cmake', '--version'])}")
+    print(f"ninja: {_version_of(['ninja', '--version'])}")
+    root = Path(args.path or ".").resolve()
+    lock = root / "generated" / "ops.lock.json"
+    if lock.is_file():
+        generated_for = json.loads(lock.read_text()).get("torch_version", "?")
+        same = generated_for.split("+")[0] == torch.__version__.split("+")[0]
+        print(f"backend {root.name}: generated for torch {generated_for}: "
+              + ("matches" if same else "DOES NOT MATCH the installed torch: run flsdk gen and rebuild"))
+        problems += 0 if same else 1
+    from torch_fl.discovery import backend_reports
+
+    for report in backend_reports():
+        state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
+        print(f"installed backend {report['name']} ({report['package']}): {state}")
+        problems += 0 if report["loaded"] else 1
+    print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
+    return 1 if problems else 0
+
+
+def cmd_compare(args) -> int:
+    from torch_fl.cli_compare import run_compare
+
+    return run_compare(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flsdk", description="Generate and inspect PyTorch "
+                                     "PrivateUse1 backends from op specs.")
+    parser.add_argument("--version", action="version", version=f"flsdk {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("new-backend", help="scaffold a new backend repo and generate it")
+    p.add_argument("name")
+    p.add_argument("--out", help="folder to create (default: ./NAME)")
+    p.add_argument("--display-name")
+    p.add_argument("--no-gen", action="store_true", help="only render the template")
+    p.set_defaults(func=cmd_new_backend)
+
+    p = sub.add_parser("gen", help="(re)generate generated/ and create missing kernel stubs")
+    p.add_argument("path", nargs="?")
+    p.add_argument("--check", action="store_true", help="exit 1 if generated files are stale")
+    p.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    p.add_argument("--force", action="store_true", help="overwrite hand-edited generated files (keeps .bak)")
+    p.set_defaults(func=cmd_gen)
+
+    p = sub.add_parser("check", help="validate device.yaml and the op specs")
+    p.add_argument("path", nargs="?")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("ops", help="op coverage: native / stub / fallback")
+    p.add_argument("path", nargs="?")
+    p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    p.add_argument("--status", action="append", help="only ops with this status (repeatable)")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser("doctor", help="check torch, compiler, cmake and installed backends")
+    p.add_argument("path", nargs="?")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("compare", help="layer-by-layer precision report of a model on two devices")
+    p.add_argument("--model", default="resnet18", help="resnet18 or gpt")
+    p.add_argument("--device-a", default="cpu")
+    p.add_argument("--device-b", default=None)
+    p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--atol", type=float, default=1e-3)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flsdk.scaffold import ScaffoldError
+    from flsdk.spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except (ScaffoldError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        return _err(str(exc))
+    except OSError as exc:
+        return _err(f"{exc.strerror or exc}: {exc.filename or ''}".strip(": "))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

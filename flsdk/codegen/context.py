@@ -1,0 +1,197 @@
+"""From the typed spec model to template contexts: all decisions live here.
+
+Templates only print what this module computes (lists of lines, names,
+literals), so the C++ and Python they produce can be read off this file.
+"""
+
+from __future__ import annotations
+
+import pprint
+from dataclasses import dataclass
+
+from torchgen.model import BaseTy, BaseType, ListType, NativeFunction, OptionalType
+
+from flsdk import __version__ as FLSDK_VERSION
+from flsdk.spec.model import Backend, OpSpec
+
+from . import signatures
+from .kernel_scan import KernelScan
+
+# torch dtype name -> c10::ScalarType enumerator.
+SCALAR_TYPES = {
+    "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+    "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+    "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}
+
+# Autocast must wrap the op that owns the autograd formula, so a policy given
+# for a backend-level op is registered on the op above it.
+AUTOCAST_ENTRY_POINT = {
+    "convolution_overrideable": "convolution",
+    "convolution_backward_overrideable": None,  # backward ops are never autocast
+}
+
+GLUE_SOURCES = [
+    "runtime_init.cpp", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
+    "fallback.cpp", "register_kernels.cpp", "autocast.cpp", "python_module.cpp",
+]
+
+# Ops the generated glue implements itself (minimal_ops.cpp); never vendor kernels.
+GLUE_OPS = (
+    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",
+    "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
+    "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
+    "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice",
+)
+
+
+@dataclass
+class Wrapper:
+    name: str          # C++ wrapper function
+    op: str            # registered overload, "add.Tensor"
+    schema: str
+    decl: str
+    checks: list[str]
+    body: list[str]
+
+
+def _device_checks(f: NativeFunction) -> list[str]:
+    """Lines checking that every tensor argument sits on one device."""
+    lines = []
+    for arg in f.func.arguments.flat_all:
+        t = arg.type
+        if isinstance(t, BaseType) and t.name == BaseTy.Tensor:
+            fn = "check_device"
+        elif isinstance(t, OptionalType) and isinstance(t.elem, BaseType) and t.elem.name == BaseTy.Tensor:
+            fn = "check_device"
+        elif isinstance(t, ListType) and t.elem.is_tensor_like():
+            fn = "check_device_list"
+        else:
+            continue
+        lines.append(f'{fn}(device, {arg.name}, "{f.func.name}", "{arg.name}");')
+    return lines
+
+
+def _functional_wrapper(f: NativeFunction) -> Wrapper:
+    sig = signatures.kernel_signature(f)
+    name = "wrapper_" + sig.kernel[2:]
+    return Wrapper(
+        name=name, op=sig.op, schema=sig.schema,
+        decl=signatures.wrapper_decl(f, name),
+        checks=_device_checks(f),
+        body=[f"return kernels::{sig.kernel}({sig.call_args});"],
+    )
+
+
+def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction) -> Wrapper | None:
+    """In-place / out= wrapper computing with the functional kernel, then copying."""
+    kernel = signatures.kernel_name(str(f_functional.func.name))
+    name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
+    args = signatures.call_args(f_variant, f_functional)
+    returns = f_functional.func.returns
+    if len(returns) != 1 or not (isinstance(returns[0].type, BaseType) and returns[0].type.name == BaseTy.Tensor):
+        return None  # only single-tensor results can be copied into self/out
+    if kind == "inplace":
+        target = f_variant.func.arguments.self_arg.argument.name
+        body = [f"auto result = kernels::{kernel}({args});", f"{target}.copy_(result);", f"return {target};"]
+    else:
+        outs = f_variant.func.arguments.out
+        if len(outs) != 1:
+            return None
+        target = outs[0].name
+        body = [
+            f"auto result = kernels::{kernel}({args});",
+            f"resize_out({target}, result);",
+            f"{target}.copy_(result);",
+            f"return {target};",
+        ]
+    return Wrapper(
+        name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
+        decl=signatures.wrapper_decl(f_variant, name),
+        checks=_device_checks(f_variant), body=body,
+    )
+
+
+def kernel_name(spec: OpSpec) -> str:
+    return signatures.kernel_name(spec.name)
+
+
+@dataclass
+class BackendContext:
+    """Everything the templates of one backend need."""
+
+    values: dict
+    wrappers: list[Wrapper]
+    kernel_sigs: list[signatures.KernelSignature]
+    registered_ops: list[str]
+    skipped_variants: list[str]
+
+
+def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
+    d = backend.descriptor
+    functions = signatures.native_functions()
+    aten_ops = [spec for spec in backend.ops if not spec.is_custom]
+    kernel_sigs = [signatures.kernel_signature(functions[spec.op]) for spec in aten_ops]
+    wrappers: list[Wrapper] = []
+    skipped: list[str] = []
+    for spec in aten_ops:
+        if scan.status(kernel_name(spec)) != "native":
+            continue
+        f = functions[spec.op]
+        wrappers.append(_functional_wrapper(f))
+        for kind in spec.variants:
+            variant = spec.variant_ops.get(kind)
+            wrapper = _variant_wrapper(kind, functions[variant], f) if variant else None
+            if wrapper is None:
+                skipped.append(f"{spec.op} {kind}")
+            else:
+                wrappers.append(wrapper)
+    autocast = []
+    seen = set()
+    for spec in aten_ops:
+        if spec.autocast == "none":
+            continue
+        base, _, overload = spec.op.partition(".")
+        base = AUTOCAST_ENTRY_POINT.get(base, base)
+        if base is None or (base, overload) in seen:
+            continue
+        seen.add((base, overload))
+        autocast.append({"name": base, "overload": overload, "policy": spec.autocast})
+    registered = [w.op for w in wrappers]
+    values = {
+        "ns": d.name,
+        "package": f"torch_fl_{d.name}",
+        "display_name": d.display_name,
+        "device_count": d.device_count_default,
+        "device_count_env": d.device_count_env,
+        "memory_capacity": d.memory_capacity,
+        "memory_capacity_env": d.memory_capacity_env,
+        "memory_alignment": d.memory_alignment,
+        "allocator_env": d.allocator.get("env", f"{d.name.upper()}_ALLOC_CONF"),
+        "allocator_defaults": _allocator_defaults(d.allocator),
+        "fallback_warn_env": d.fallback.warn_env,
+        "fallback_enabled": "true" if d.fallback.mode == "allow" else "false",
+        "fallback_deny": list(d.fallback.deny),
+        "torch_version": torch_version,
+        "flsdk_version": FLSDK_VERSION,
+        "dtype_enums": [SCALAR_TYPES[t] for t in d.dtypes],
+        "dtype_names": ", ".join(d.dtypes),
+        "amp_dtypes": list(d.amp_dtypes),
+        "native_ops": registered,
+        "autocast": autocast,
+        "glue_sources": GLUE_SOURCES,
+        "kernel_sources": scan.compiled_files,
+        "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
+        "native_ops_py": pprint.pformat(registered, width=100),
+    }
+    return BackendContext(values, wrappers, kernel_sigs, registered, skipped)
+
+
+def _allocator_defaults(allocator: dict) -> str:
+    """device.yaml allocator defaults in the allocator's key:value syntax."""
+    parts = [f"round_size:{allocator.get('round_size', 512)}"]
+    max_split = allocator.get("max_split_size")
+    parts.append("max_split_size_mb:unlimited" if max_split is None
+                 else f"max_split_size_mb:{max_split / (1 << 20):g}")
+    parts.append(f"garbage_collection_threshold:{allocator.get('garbage_collection_threshold', 0.0):g}")
+    return ",".join(parts)

@@ -1,0 +1,58 @@
+"""Finding the vendor's kernels under kernels/: native, stub, or missing.
+
+flsdk never parses C++ for real; it looks for definitions by name. A kernel
+`k_add_Tensor` is defined where a line reads `... k_add_Tensor(...) {`.
+A file carrying `// flsdk:stub` markers is a stub file: it is not compiled,
+and the kernels it defines are stubs (their ops run on the CPU fallback).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STUB_MARKER = "flsdk:stub"
+DEFINITION_RE = re.compile(r"\b(k_[A-Za-z0-9_]+)\s*\(([^;{}]*)\)\s*(?:const\s*)?\{")
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx")
+
+
+@dataclass
+class KernelScan:
+    native: dict[str, str] = field(default_factory=dict)   # kernel -> file defining it
+    stubs: dict[str, str] = field(default_factory=dict)    # kernel -> stub file
+    compiled_files: list[str] = field(default_factory=list)
+    stub_files: list[str] = field(default_factory=list)
+
+    def status(self, kernel: str) -> str:
+        if kernel in self.native:
+            return "native"
+        if kernel in self.stubs:
+            return "stub"
+        return "missing"
+
+
+def scan_kernels(root: Path) -> KernelScan:
+    scan = KernelScan()
+    kernels_dir = Path(root) / "kernels"
+    if not kernels_dir.is_dir():
+        return scan
+    for path in sorted(kernels_dir.rglob("*")):
+        if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+            continue
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text(errors="replace")
+        defined = {m.group(1) for m in DEFINITION_RE.finditer(text)}
+        if STUB_MARKER in text:
+            scan.stub_files.append(rel)
+            for name in defined:
+                scan.stubs.setdefault(name, rel)
+        else:
+            scan.compiled_files.append(rel)
+            for name in defined:
+                scan.native[name] = rel
+    # A kernel defined in a compiled file is native even if a stub file remains.
+    for name in list(scan.stubs):
+        if name in scan.native:
+            del scan.stubs[name]
+    return scan
