@@ -1,0 +1,364 @@
+// acme pooling kernels: max_pool2d_with_indices (+ backward), avg_pool2d
+// (+ backward), _adaptive_avg_pool2d (+ backward), on (C, H, W) or (N, C, H, W)
+// inputs. Each (n, c) plane is pooled independently on a dense staging copy
+// in the compute type; outputs are contiguous. Max-pool indices are flat
+// offsets into the input plane (h * W + w), as PyTorch defines them.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "nn_buffers.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+
+struct Pool2d {
+  int64_t planes = 0, H = 0, W = 0, Ho = 0, Wo = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt) {
+  if (v.empty()) return dflt;
+  ACME_CHECK(v.size() == 1 || v.size() == 2, op, name, " must be a single int or a pair, got ", v);
+  return v.size() == 1 ? v[0] : v[i];
+}
+
+// PyTorch's pooling output size (floor or ceil mode; in ceil mode the last
+// window must start inside the input or the left padding).
+int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {
+  const int64_t span = in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0);
+  int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
+  if (ceil && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+void check_pool_input(const char* op, const at::Tensor& self) {
+  ACME_CHECK_T(self.dim() == 3 || self.dim() == 4, op, self,
+               "expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got ", self.sizes());
+  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat)) {
+    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
+  }
+  // Only the batch dimension may be empty.
+  for (int64_t d = 1; d < self.dim(); ++d) {
+    ACME_CHECK_T(self.size(d) > 0, op, self, "expected non-empty dims except the batch, got ",
+                 self.sizes());
+  }
+}
+
+Pool2d make_pool(const char* op, const at::Tensor& self, at::IntArrayRef kernel_size,
+                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                 bool ceil_mode) {
+  check_pool_input(op, self);
+  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
+  Pool2d p;
+  p.kh = pick(op, "kernel_size", kernel_size, 0, 1);
+  p.kw = pick(op, "kernel_size", kernel_size, 1, 1);
+  p.sh = pick(op, "stride", stride, 0, p.kh);
+  p.sw = pick(op, "stride", stride, 1, p.kw);
+  p.ph = pick(op, "padding", padding, 0, 0);
+  p.pw = pick(op, "padding", padding, 1, 0);
+  p.dh = pick(op, "dilation", dilation, 0, 1);
+  p.dw = pick(op, "dilation", dilation, 1, 1);
+  ACME_CHECK(p.kh > 0 && p.kw > 0, op, "kernel_size must be positive, got ", kernel_size);
+  ACME_CHECK(p.sh > 0 && p.sw > 0, op, "stride must be positive, got ", stride);
+  ACME_CHECK(p.dh > 0 && p.dw > 0, op, "dilation must be positive, got ", dilation);
+  ACME_CHECK(p.ph >= 0 && p.pw >= 0 && p.ph <= p.kh / 2 && p.pw <= p.kw / 2, op,
+             "pad should be at most half of effective kernel size, but got pad=", padding,
+             " and kernel_size=", kernel_size);
+  p.H = self.size(-2);
+  p.W = self.size(-1);
+  p.planes = self.numel() / (p.H * p.W);
+  p.Ho = pooled_size(p.H, p.kh, p.ph, p.sh, p.dh, ceil_mode);
+  p.Wo = pooled_size(p.W, p.kw, p.pw, p.sw, p.dw, ceil_mode);
+  ACME_CHECK(p.Ho > 0 && p.Wo > 0, op, "output size is too small: input ", self.sizes(),
+             ", output (", p.Ho, ", ", p.Wo, ")");
+  return p;
+}
+
+std::vector<int64_t> out_shape(const at::Tensor& self, int64_t Ho, int64_t Wo) {
+  std::vector<int64_t> s(self.sizes().begin(), self.sizes().end());
+  s[s.size() - 2] = Ho;
+  s[s.size() - 1] = Wo;
+  return s;
+}
+
+// Reads a shape-matching tensor of int64 as a dense array.
+struct DenseIdx {
+  at::Tensor keep;
+  const int64_t* ptr = nullptr;
+};
+DenseIdx dense_long(const char* op, const at::Tensor& t) {
+  ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, "indices must be int64");
+  DenseIdx d;
+  d.keep = t.is_contiguous() ? t : t.contiguous();
+  d.ptr = d.keep.numel() ? d.keep.const_data_ptr<int64_t>() : nullptr;
+  return d;
+}
+
+// avg-pool window [hs, he) x [ws, we) clipped to the input, and its divisor.
+struct AvgWin {
+  int64_t hs, he, ws, we;
+  int64_t div;
+};
+AvgWin avg_window(const Pool2d& p, int64_t oh, int64_t ow, bool count_include_pad,
+                  std::optional<int64_t> divisor_override) {
+  int64_t hs = oh * p.sh - p.ph, ws = ow * p.sw - p.pw;
+  int64_t he = std::min(hs + p.kh, p.H + p.ph), we = std::min(ws + p.kw, p.W + p.pw);
+  const int64_t pool_size = (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0);
+  ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, p.H);
+  we = std::min(we, p.W);
+  int64_t div;
+  if (divisor_override.has_value()) {
+    div = *divisor_override;
+  } else if (count_include_pad) {
+    div = pool_size;
+  } else {
+    div = (he - hs) * (we - ws);
+  }
+  return {hs, he, ws, we, div};
+}
+
+// Adaptive pooling window of output index o over an input of size in.
+inline int64_t ada_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
+inline int64_t ada_end(int64_t o, int64_t out, int64_t in) {
+  return ((o + 1) * in + out - 1) / out;
+}
+
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor> k_max_pool2d_with_indices(const at::Tensor& self,
+                                                               at::IntArrayRef kernel_size,
+                                                               at::IntArrayRef stride,
+                                                               at::IntArrayRef padding,
+                                                               at::IntArrayRef dilation,
+                                                               bool ceil_mode) {
+  const char* op = "max_pool2d_with_indices";
+  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  const auto shape = out_shape(self, p.Ho, p.Wo);
+  at::Tensor out = at::empty(shape, self.options());
+  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
+  if (out.numel() == 0) return {out, idx};
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    int64_t* ip = idx.data_ptr<int64_t>();
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      const Acc* in = x.data() + pl * p.H * p.W;
+      Acc* o = ob.data() + pl * p.Ho * p.Wo;
+      int64_t* oi = ip + pl * p.Ho * p.Wo;
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        const int64_t hs = oh * p.sh - p.ph;
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const int64_t ws = ow * p.sw - p.pw;
+          Acc best = -std::numeric_limits<Acc>::infinity();
+          int64_t bi = -1;
+          for (int64_t i = 0; i < p.kh; ++i) {
+            const int64_t h = hs + i * p.dh;
+            if (h < 0 || h >= p.H) continue;
+            for (int64_t j = 0; j < p.kw; ++j) {
+              const int64_t w = ws + j * p.dw;
+              if (w < 0 || w >= p.W) continue;
+              const Acc v = in[h * p.W + w];
+              // NaN wins and sticks, as in PyTorch.
+              if (bi < 0 || v > best || std::isnan(v)) {
+                best = v;
+                bi = h * p.W + w;
+                if (std::isnan(v)) { i = p.kh; break; }
+              }
+            }
+          }
+          o[oh * p.Wo + ow] = best;
+          oi[oh * p.Wo + ow] = bi;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return {out, idx};
+}
+
+at::Tensor k_max_pool2d_with_indices_backward(const at::Tensor& grad_output,
+                                              const at::Tensor& self,
+                                              at::IntArrayRef kernel_size,
+                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                              at::IntArrayRef dilation, bool ceil_mode,
+                                              const at::Tensor& indices) {
+  const char* op = "max_pool2d_with_indices_backward";
+  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  cm::check_same_device(op, self, grad_output, "grad_output");
+  cm::check_same_device(op, self, indices, "indices");
+  const auto shape = out_shape(self, p.Ho, p.Wo);
+  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
+  ACME_CHECK_T(indices.sizes().equals(shape), op, indices, "indices have shape ",
+               indices.sizes(), ", expected ", at::IntArrayRef(shape));
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    auto ix = dense_long(op, indices);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    const int64_t plane = p.H * p.W;
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      Acc* g = ob.data() + pl * plane;
+      const Acc* src = go.data() + pl * p.Ho * p.Wo;
+      const int64_t* si = ix.ptr + pl * p.Ho * p.Wo;
+      for (int64_t o = 0; o < p.Ho * p.Wo; ++o) {
+        const int64_t k = si[o];
+        if (k < 0) continue;  // window entirely in padding (cannot happen with valid pads)
+        ACME_CHECK(k < plane, op, "index ", k, " out of range for a plane of ", plane);
+        g[k] += src[o];
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+at::Tensor k_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size,
+                        at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
+                        bool count_include_pad, ::std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d";
+  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, {}, ceil_mode);
+  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+             "divisor must be not zero");
+  at::Tensor out = at::empty(out_shape(self, p.Ho, p.Wo), self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      const Acc* in = x.data() + pl * p.H * p.W;
+      Acc* o = ob.data() + pl * p.Ho * p.Wo;
+      for (int64_t oh = 0; oh < p.Ho; ++oh)
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
+          Acc s = 0;
+          for (int64_t h = w.hs; h < w.he; ++h)
+            for (int64_t c = w.ws; c < w.we; ++c) s += in[h * p.W + c];
+          o[oh * p.Wo + ow] = (w.hs >= w.he || w.ws >= w.we) ? Acc(0) : s / Acc(w.div);
+        }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                                 ::std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d_backward";
+  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, {}, ceil_mode);
+  cm::check_same_device(op, self, grad_output, "grad_output");
+  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+             "divisor must be not zero");
+  const auto shape = out_shape(self, p.Ho, p.Wo);
+  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      Acc* g = ob.data() + pl * p.H * p.W;
+      const Acc* src = go.data() + pl * p.Ho * p.Wo;
+      for (int64_t oh = 0; oh < p.Ho; ++oh)
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
+          if (w.hs >= w.he || w.ws >= w.we) continue;
+          const Acc v = src[oh * p.Wo + ow] / Acc(w.div);
+          for (int64_t h = w.hs; h < w.he; ++h)
+            for (int64_t c = w.ws; c < w.we; ++c) g[h * p.W + c] += v;
+        }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+at::Tensor k__adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_size) {
+  const char* op = "_adaptive_avg_pool2d";
+  check_pool_input(op, self);
+  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
+  ACME_CHECK(output_size[0] >= 0 && output_size[1] >= 0, op,
+             "output_size must be non-negative, got ", output_size);
+  const int64_t H = self.size(-2), W = self.size(-1);
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  at::Tensor out = at::empty(out_shape(self, Ho, Wo), self.options());
+  if (out.numel() == 0) return out;
+  const int64_t planes = self.numel() / (H * W);
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const Acc* in = x.data() + pl * H * W;
+      Acc* o = ob.data() + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+          Acc s = 0;
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t c = ws; c < we; ++c) s += in[h * W + c];
+          o[oh * Wo + ow] = s / Acc((he - hs) * (we - ws));
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  const char* op = "_adaptive_avg_pool2d_backward";
+  check_pool_input(op, self);
+  cm::check_same_device(op, self, grad_output, "grad_output");
+  ACME_CHECK_T(grad_output.dim() == self.dim(), op, grad_output,
+               "grad_output must have the rank of self");
+  const int64_t H = self.size(-2), W = self.size(-1);
+  const int64_t Ho = grad_output.size(-2), Wo = grad_output.size(-1);
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  const int64_t planes = self.numel() / (H * W);
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      Acc* g = ob.data() + pl * H * W;
+      const Acc* src = go.data() + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+          const Acc v = src[oh * Wo + ow] / Acc((he - hs) * (we - ws));
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t c = ws; c < we; ++c) g[h * W + c] += v;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+}  // namespace acme::kernels
