@@ -1,0 +1,215 @@
+// acme activation kernels and their backward kernels.
+#include "common/common.h"
+
+#if __has_include("../generated/kernels.h")
+#include "../generated/kernels.h"
+#endif
+
+#include <cmath>
+
+namespace acme::kernels {
+using namespace acme::common;
+
+namespace {
+constexpr double kSqrt2 = 1.41421356237309504880;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2*pi)
+
+bool gelu_is_tanh(const char* op, c10::string_view approximate) {
+  ACME_CHECK(approximate == "none" || approximate == "tanh", op,
+             "approximate argument must be either none or tanh, got '", std::string(approximate), "'");
+  return approximate == "tanh";
+}
+
+// dtype checks shared by the backward kernels: grad and input promote.
+at::ScalarType bwd_compute(const at::Tensor& grad, const at::Tensor& x) {
+  return promote({&grad, &x});
+}
+}  // namespace
+
+at::Tensor k_relu(const at::Tensor& self) {
+  ACME_CHECK_T(self.scalar_type() != at::kBool, "relu", self,
+               "relu is not implemented for bool tensors");
+  return unary_kernel<kAllNoBool>("relu", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    // NaN stays NaN (x > 0 is false for NaN, so test the other way round)
+    return [](M x) -> M { return x < M(0) ? M(0) : x; };
+  });
+}
+
+at::Tensor k_threshold_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                const at::Scalar& threshold) {
+  const char* op = "threshold_backward";
+  return binary_kernel<kAllNoBool>(op, grad_output, self, bwd_compute(grad_output, self),
+                                   [&threshold](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M th = threshold.to<M>();
+    return [th](M g, M x) -> M { return x <= th ? M(0) : g; };
+  });
+}
+
+at::Tensor k_gelu(const at::Tensor& self, c10::string_view approximate) {
+  const char* op = "gelu";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  return unary_kernel<kFloating>(op, self, self.scalar_type(), [tanh_form](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [tanh_form](M x) -> M {
+      if (tanh_form) {
+        const M inner = M(kSqrt2OverPi) * (x + M(0.044715) * x * x * x);
+        return M(0.5) * x * (M(1) + std::tanh(inner));
+      }
+      return M(0.5) * x * (M(1) + std::erf(x / M(kSqrt2)));
+    };
+  });
+}
+
+at::Tensor k_gelu_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                           c10::string_view approximate) {
+  const char* op = "gelu_backward";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  return binary_kernel<kFloating>(op, grad_output, self, bwd_compute(grad_output, self),
+                                  [tanh_form](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [tanh_form](M g, M x) -> M {
+      if (tanh_form) {
+        const M x2 = x * x;
+        const M inner = M(kSqrt2OverPi) * (x + M(0.044715) * x2 * x);
+        const M t = std::tanh(inner);
+        const M dinner = M(kSqrt2OverPi) * (M(1) + M(3 * 0.044715) * x2);
+        return g * (M(0.5) * (M(1) + t) + M(0.5) * x * (M(1) - t * t) * dinner);
+      }
+      const M cdf = M(0.5) * (M(1) + std::erf(x / M(kSqrt2)));
+      const M pdf = M(kInvSqrt2Pi) * std::exp(M(-0.5) * x * x);
+      return g * (cdf + x * pdf);
+    };
+  });
+}
+
+at::Tensor k_silu(const at::Tensor& self) {
+  return unary_kernel<kFloating>("silu", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return x / (M(1) + std::exp(-x)); };
+  });
+}
+
+at::Tensor k_silu_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  return binary_kernel<kFloating>("silu_backward", grad_output, self,
+                                  bwd_compute(grad_output, self), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x) -> M {
+      const M s = M(1) / (M(1) + std::exp(-x));
+      return g * s * (M(1) + x * (M(1) - s));
+    };
+  });
+}
+
+at::Tensor k_sigmoid(const at::Tensor& self) {
+  return unary_kernel<kFloating>("sigmoid", self, float_compute(self.scalar_type()), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return M(1) / (M(1) + std::exp(-x)); };
+  });
+}
+
+at::Tensor k_sigmoid_backward(const at::Tensor& grad_output, const at::Tensor& output) {
+  return binary_kernel<kFloating>("sigmoid_backward", grad_output, output,
+                                  bwd_compute(grad_output, output), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M y) -> M { return g * (M(1) - y) * y; };
+  });
+}
+
+at::Tensor k_tanh(const at::Tensor& self) {
+  return unary_kernel<kFloating>("tanh", self, float_compute(self.scalar_type()), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return std::tanh(x); };
+  });
+}
+
+at::Tensor k_tanh_backward(const at::Tensor& grad_output, const at::Tensor& output) {
+  return binary_kernel<kFloating>("tanh_backward", grad_output, output,
+                                  bwd_compute(grad_output, output), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M y) -> M { return g * (M(1) - y * y); };
+  });
+}
+
+at::Tensor k_leaky_relu(const at::Tensor& self, const at::Scalar& negative_slope) {
+  return unary_kernel<kFloating>("leaky_relu", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M slope = negative_slope.to<M>();
+    return [slope](M x) -> M { return x > M(0) ? x : x * slope; };
+  });
+}
+
+at::Tensor k_leaky_relu_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Scalar& negative_slope, bool self_is_result) {
+  const char* op = "leaky_relu_backward";
+  ACME_CHECK(!self_is_result || negative_slope.to<double>() >= 0.0, op,
+             "In-place leakyReLu backward calculation is triggered with a negative slope "
+             "which is not supported.");
+  return binary_kernel<kFloating>(op, grad_output, self, bwd_compute(grad_output, self), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M slope = negative_slope.to<M>();
+    return [slope](M g, M x) -> M { return x > M(0) ? g : g * slope; };
+  });
+}
+
+at::Tensor k_hardtanh(const at::Tensor& self, const at::Scalar& min_val, const at::Scalar& max_val) {
+  ACME_CHECK_T(self.scalar_type() != at::kByte ||
+                   (min_val.to<double>() >= 0 && max_val.to<double>() >= 0),
+               "hardtanh", self, "cannot do hardtanh on an unsigned type with negative limits");
+  return unary_kernel<kAllNoBool>("hardtanh", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M lo = min_val.to<M>(), hi = max_val.to<M>();
+    return [lo, hi](M x) -> M { return x < lo ? lo : (x > hi ? hi : x); };
+  });
+}
+
+at::Tensor k_hardtanh_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Scalar& min_val, const at::Scalar& max_val) {
+  return binary_kernel<kFloating>("hardtanh_backward", grad_output, self,
+                                  bwd_compute(grad_output, self), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M lo = min_val.to<M>(), hi = max_val.to<M>();
+    return [lo, hi](M g, M x) -> M { return (x <= lo || x >= hi) ? M(0) : g; };
+  });
+}
+
+at::Tensor k_hardswish(const at::Tensor& self) {
+  return unary_kernel<kFloating>("hardswish", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      const M r = std::min(std::max(x + M(3), M(0)), M(6));
+      return x * r / M(6);
+    };
+  });
+}
+
+at::Tensor k_hardswish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  return binary_kernel<kFloating>("hardswish_backward", grad_output, self,
+                                  bwd_compute(grad_output, self), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x) -> M {
+      if (x < M(-3)) return M(0);
+      if (x <= M(3)) return g * ((x / M(3)) + M(0.5));
+      return g;
+    };
+  });
+}
+
+at::Tensor k_hardsigmoid(const at::Tensor& self) {
+  return unary_kernel<kFloating>("hardsigmoid", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return std::min(std::max(x + M(3), M(0)), M(6)) / M(6); };
+  });
+}
+
+at::Tensor k_hardsigmoid_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  return binary_kernel<kFloating>("hardsigmoid_backward", grad_output, self,
+                                  bwd_compute(grad_output, self), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x) -> M { return (x > M(-3) && x < M(3)) ? g / M(6) : M(0); };
+  });
+}
+
+}  // namespace acme::kernels
