@@ -139,18 +139,42 @@ def test_every_canonical_opspec_file_loads():
 
 
 def test_loading_is_fast():
-    """A cold process loads the canonical set (or the fixtures while it is
-    empty) plus a backend; the budget is 2 s, asserted with slack for a busy
-    shared machine."""
+    """A fresh process loads the canonical set (or the fixtures while it is
+    empty) plus a backend in well under 2 s once the aten index is cached.
+    The first run warms the cache (torchgen parse, ~1-3 s on a busy machine)."""
     code = textwrap.dedent(f"""
         import time
         t0 = time.perf_counter()
         from flsdk.spec import load_backend
         from flsdk.spec.paths import canonical_opspec_files
         files = canonical_opspec_files() or {[str(p) for p in CANONICAL]!r}
-        load_backend({str(FIXTURES / 'backend')!r}, files)
-        print(time.perf_counter() - t0)
+        b = load_backend({str(FIXTURES / 'backend')!r}, files)
+        print(len(b.all_ops), time.perf_counter() - t0)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    seconds = float(out.stdout.strip().splitlines()[-1])
-    assert seconds < 4.0, f"loading took {seconds:.2f} s"
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    count, seconds = runs[1].stdout.split()
+    assert int(count) > 1
+    assert float(seconds) < 2.0, f"loading took {float(seconds):.2f} s (cold run: {runs[0].stdout.split()[1]} s)"
+
+
+def test_aten_index_cache(tmp_path, monkeypatch):
+    from flsdk.spec import aten
+
+    monkeypatch.setenv("FLSDK_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FLSDK_NO_CACHE", raising=False)
+    aten._index.cache_clear()
+    try:
+        fresh = aten._index()  # builds and writes the cache
+        (cache,) = tmp_path.glob("aten-index-*.json")
+        aten._index.cache_clear()
+        again = aten._index()  # read back
+        assert again == fresh
+        assert again.variants["add.Tensor"] == {"inplace": "add_.Tensor", "out": "add.out"}
+        # a damaged cache is ignored and rewritten, never an error
+        cache.write_text("{not json")
+        aten._index.cache_clear()
+        assert aten._index() == fresh
+        assert aten._read_cache(aten._cache_key()) == fresh
+    finally:
+        aten._index.cache_clear()

@@ -7,13 +7,26 @@ it we build, once per process, an index of overload names and of each
 functional op's in-place and out siblings: torchgen's `FunctionSchema.signature()`
 strips in-place/out-ness, so ops with equal signatures form one group, the
 same rule torchgen uses for NativeFunctionsGroup.
+
+Parsing native_functions.yaml costs 1-7 s depending on machine load, which
+would dominate `flsdk check`. The small index (names, kinds, variants) is
+therefore cached as JSON under $FLSDK_CACHE_DIR, else $XDG_CACHE_HOME/flsdk,
+else ~/.cache/flsdk, keyed by the yaml's path, size and mtime, so a torch
+upgrade invalidates it. Set FLSDK_NO_CACHE=1 to bypass it. A cache that
+cannot be read or written is ignored: it only ever costs speed.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from .dtypes import did_you_mean
 
@@ -25,8 +38,79 @@ class _Index:
     bases: frozenset[str]                 # "add", "relu", ...
 
 
+_CACHE_FORMAT = 1
+
+
+def _native_yaml() -> Path | None:
+    """torchgen's packaged native_functions.yaml, found without importing torchgen."""
+    spec = importlib.util.find_spec("torchgen")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "packaged" / "ATen" / "native" / "native_functions.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
+def cache_dir() -> Path:
+    if os.environ.get("FLSDK_CACHE_DIR"):
+        return Path(os.environ["FLSDK_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flsdk"
+
+
+def _cache_key() -> dict | None:
+    path = _native_yaml()
+    if path is None:
+        return None
+    st = path.stat()
+    return {"format": _CACHE_FORMAT, "yaml": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _cache_path(key: dict) -> Path:
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"aten-index-{digest}.json"
+
+
+def _read_cache(key: dict) -> _Index | None:
+    try:
+        data = json.loads(_cache_path(key).read_text(encoding="utf-8"))
+        if data["key"] != key:
+            return None
+        return _Index(kinds=dict(data["kinds"]), variants={k: dict(v) for k, v in data["variants"].items()},
+                      bases=frozenset(data["bases"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _write_cache(key: dict, index: _Index) -> None:
+    data = {"key": key, "kinds": index.kinds, "variants": index.variants, "bases": sorted(index.bases)}
+    target = _cache_path(key)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # write-then-rename: a concurrent reader never sees half a file
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".aten-index-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, target)
+    except OSError:
+        pass
+
+
 @functools.lru_cache(maxsize=1)
 def _index() -> _Index:
+    key = None if os.environ.get("FLSDK_NO_CACHE") else _cache_key()
+    if key is not None:
+        cached = _read_cache(key)
+        if cached is not None:
+            return cached
+    index = build_index()
+    if key is not None:
+        _write_cache(key, index)
+    return index
+
+
+def build_index() -> _Index:
+    """Parse native_functions.yaml through torchgen (slow; _index caches it)."""
     from torchgen.model import SchemaKind
 
     from flsdk.codegen.signatures import native_functions
