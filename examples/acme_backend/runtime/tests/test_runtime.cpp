@@ -48,23 +48,27 @@ void record_failure(const char* file, int line, const std::string& what) {
   g_failures.push_back(std::string(file) + ":" + std::to_string(line) + ": " + what);
 }
 
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (!(cond)) record_failure(__FILE__, __LINE__, "CHECK(" #cond ") failed; last_error: " + \
-                                std::string(rtm::last_error()));                        \
+// Out-of-line reporting keeps each CHECK to one call (the file has hundreds;
+// inline string building made it slow to compile).
+[[gnu::noinline]] void check_failed(const char* cond, const char* file, int line) {
+  record_failure(file, line, std::string("CHECK(") + cond + ") failed; last_error: " +
+                                 rtm::last_error());
+}
+[[gnu::noinline]] void check_status(Status got, Status want, const char* expr, const char* file,
+                                    int line) {
+  if (got == want) return;
+  record_failure(file, line, std::string(expr) + " gave status " + std::to_string(int(got)) +
+                                 ", want " + std::to_string(int(want)) + "; last_error: " +
+                                 rtm::last_error());
+}
+
+#define CHECK(cond) \
+  do {              \
+    if (!(cond)) check_failed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 // Status must equal `want`; on mismatch report the runtime's message.
-#define CHECK_ST(expr, want)                                                            \
-  do {                                                                                  \
-    Status st_ = (expr);                                                                \
-    if (st_ != (want))                                                                  \
-      record_failure(__FILE__, __LINE__,                                                \
-                     std::string(#expr) + " gave status " + std::to_string(int(st_)) +  \
-                         ", want " + std::to_string(int(want)) + "; last_error: " +     \
-                         rtm::last_error());                                            \
-  } while (0)
-
+#define CHECK_ST(expr, want) check_status((expr), (want), #expr, __FILE__, __LINE__)
 #define CHECK_OK(expr) CHECK_ST(expr, Status::Ok)
 
 bool contains(const std::string& s, const std::string& sub) {
