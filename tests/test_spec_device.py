@@ -93,6 +93,8 @@ def test_minimal_descriptor_gets_defaults(tmp_path):
      ["did you mean 'per_tensor_affine'"]),
     (19, "  - opspec: binary\n    op: relu", "native[0]", ["exactly one of"]),
     (19, "  - family: binary", "native[0].family", ["unknown field"]),
+    (17, "comm_backend: nccl", "comm_backend", ["torch.distributed backend already"]),
+    (17, "comm_backend: Acme-CCL", "comm_backend", ["lowercase identifier"]),
     (22, "fallback: {mode: maybe}", "fallback.mode", ["unknown value 'maybe'", "allow or deny"]),
     (22, "fallback: {deny: [add.tensor]}", "fallback.deny[0]", ["unknown aten op", "did you mean 'add.Tensor'"]),
     (22, "fallback: {deny: [add, aten::mul.Tensor]}", None, []),

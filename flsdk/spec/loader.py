@@ -20,7 +20,7 @@ from . import aten
 from .dtypes import default_tolerance, did_you_mean
 from .errors import ErrorCollector, SpecError
 from .model import Backend, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
-from .names import backend_name_problem
+from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
 from .paths import canonical_opspec_files
 from .samples import check_sample
 from .schema import validate
@@ -264,6 +264,11 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         if d not in dtypes:
             errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
                                  "quantized storage dtypes the device supports"))
+
+    comm = data.get("comm_backend")
+    if comm in BUILTIN_COMM_BACKENDS:
+        errors.add(doc.error(("comm_backend",), f"{comm!r} is a torch.distributed backend already",
+                             f"a name of your own, e.g. {name}ccl"))
 
     native = []
     for j, item in enumerate(data.get("native", [])):

@@ -36,6 +36,10 @@ xor_eq
 # Namespaces/packages the generated code already uses.
 TAKEN = frozenset({"torch", "aten", "at", "c10", "std", "caffe2", "torchgen", "flsdk", "torch_fl"})
 
+# torch.distributed backends that exist without any plugin; registering one
+# of these names again fails at import of the backend.
+BUILTIN_COMM_BACKENDS = frozenset({"gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undefined"})
+
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
