@@ -97,7 +97,7 @@ def test_errors_in_device_and_specs_reported_together(backend_dir):
 
 
 def test_missing_device_yaml(tmp_path):
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecErrors) as info:  # the CLI catches SpecErrors only
         load_backend(tmp_path, CANONICAL)
     assert str(info.value).startswith(f"{tmp_path / 'device.yaml'}: file not found")
 

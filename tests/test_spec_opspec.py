@@ -304,7 +304,8 @@ def test_unknown_family_name_rules(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    err = errors_of([tmp_path / "nope.yaml"])
+    err = errors_of([tmp_path / "nope.yaml"])  # SpecErrors, though only one
+    assert len(err) == 1
     assert "nope.yaml: file not found" in str(err)
 
 

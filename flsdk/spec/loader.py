@@ -12,13 +12,14 @@ produce useful messages.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from pathlib import Path
 
 from . import aten
 from .dtypes import default_tolerance, did_you_mean
-from .errors import ErrorCollector, SpecError
+from .errors import ErrorCollector, SpecError, SpecErrors
 from .model import Backend, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
 from .paths import canonical_opspec_files
@@ -28,8 +29,23 @@ from .sizes import SizeError, parse_size
 from .yamlfile import Document, load_yaml
 
 
+def _reports_spec_errors(fn):
+    """Public loaders raise SpecErrors only (the CLI catches that one type),
+    even for a lone SpecError raised on the way (missing file, broken install)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SpecErrors:
+            raise
+        except SpecError as err:
+            raise SpecErrors([err]) from None
+    return wrapper
+
+
 # ---------------------------------------------------------------- op specs
 
+@_reports_spec_errors
 def load_opspecs(paths: Iterable[str | Path]) -> list[OpSpec]:
     """Load op spec files, in the given order; raise SpecErrors on any problem.
 
@@ -198,6 +214,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
 
 # ---------------------------------------------------------------- device
 
+@_reports_spec_errors
 def load_device(path: str | Path) -> DeviceDescriptor:
     """Load a device.yaml; raise SpecErrors on any problem."""
     errors = ErrorCollector()
@@ -335,6 +352,7 @@ def backend_opspec_files(root: str | Path, canonical: Iterable[str | Path] | Non
     return files
 
 
+@_reports_spec_errors
 def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None) -> Backend:
     """Load a backend repo: root/device.yaml, the canonical op specs and the
     backend's own root/opspec/*.yaml, and resolve the `native` selection.
