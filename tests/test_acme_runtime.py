@@ -29,7 +29,7 @@ EXPECTED_TESTS = [
     "init", "alloc_free_basic", "invalid_arguments", "oom",
     "coalescing_and_fragmentation", "best_fit", "alignment_config", "copies",
     "protect_mode", "stream_ordering", "events", "stream_wait_event",
-    "sticky_errors", "fault_injection", "options_and_stats",
+    "sticky_errors", "fork_child_streams", "fault_injection", "options_and_stats",
     "last_error_is_thread_local", "multithread_stress", "benchmarks",
 ]
 

@@ -2,6 +2,7 @@
 // No torch includes: this is the vendor's own library.
 #include "acme_runtime.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -331,9 +332,16 @@ struct Faults {
 // ---------------------------------------------------------------------------
 // Streams and events. The handle types are the implementation structs.
 
+namespace {
+// Bumped in a forked child: streams created before fork() have no worker
+// thread there, so using them would hang; they are refused instead.
+std::atomic<uint64_t> g_fork_epoch{0};
+}  // namespace
+
 struct acmeStream_st {
   int device = 0;
   uint64_t id = 0;
+  uint64_t fork_epoch = 0;
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
   std::deque<std::pair<std::function<void()>, const char*>> queue;
@@ -343,13 +351,17 @@ struct acmeStream_st {
   uint64_t more_errors = 0;  // failures after that one
   std::thread worker;
 
-  void push(std::function<void()> fn, const char* what) {
+  // False when the stream is being destroyed: a racing destroy must not
+  // leave work queued that no worker will ever run.
+  [[nodiscard]] bool push(std::function<void()> fn, const char* what) {
     {
       std::lock_guard<std::mutex> lk(mu);
+      if (stop) return false;
       queue.emplace_back(std::move(fn), what);
       ++enqueued;
     }
     cv_work.notify_one();
+    return true;
   }
 
   void run() {
@@ -479,7 +491,10 @@ struct Runtime {
 };
 
 Runtime& rt() {
-  static Runtime* r = new Runtime;
+  static Runtime* r = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_fork_epoch.fetch_add(1); });
+    return new Runtime;
+  }();
   return *r;
 }
 
@@ -533,6 +548,11 @@ acmeError_t find_stream(int device, acmeStream_t s, std::shared_ptr<acmeStream_s
   if (!*out)
     return fail(acmeErrorInvalidValue, "acme: %p is not a live acme stream (destroyed?)",
                 static_cast<void*>(s));
+  if ((*out)->fork_epoch != g_fork_epoch.load(std::memory_order_relaxed))
+    return fail(acmeErrorRuntime,
+                "acme: stream #%llu was created before fork(); its worker thread does not "
+                "exist in this child process (create new streams after forking)",
+                static_cast<unsigned long long>((*out)->id));
   if ((*out)->device != device)
     return fail(acmeErrorInvalidValue, "acme: stream #%llu belongs to device %d, not device %d",
                 static_cast<unsigned long long>((*out)->id), (*out)->device, device);
@@ -550,6 +570,11 @@ acmeError_t find_event(acmeEvent_t e, std::shared_ptr<acmeEvent_st>* out) {
     return fail(acmeErrorInvalidValue, "acme: %p is not a live acme event (destroyed?)",
                 static_cast<void*>(e));
   return acmeSuccess;
+}
+
+acmeError_t destroyed(const std::shared_ptr<acmeStream_st>& s) {
+  return fail(acmeErrorInvalidValue, "acme: stream #%llu was destroyed while work was being queued on it",
+              static_cast<unsigned long long>(s->id));
 }
 
 // Validates one side of a copy. `dev` >= 0: device memory of that device
@@ -901,7 +926,7 @@ acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpy
     raw_copy(dst, src, bytes, dev);
     return acmeSuccess;
   }
-  s->push([=] { raw_copy(dst, src, bytes, dev); }, "memcpy");
+  if (!s->push([=] { raw_copy(dst, src, bytes, dev); }, "memcpy")) return destroyed(s);
   return acmeSuccess;
 }
 
@@ -934,6 +959,7 @@ acmeError_t acmeStreamCreate(int device, acmeStream_t* stream) {
   Runtime& r = rt();
   auto s = std::make_shared<acmeStream_st>();
   s->device = device;
+  s->fork_epoch = g_fork_epoch.load();
   try {
     s->worker = std::thread([p = s.get()] { p->run(); });
   } catch (const std::system_error& ex) {
@@ -1017,7 +1043,7 @@ acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t eve
     ev->wait(gen);
     return acmeSuccess;
   }
-  s->push([ev, gen] { ev->wait(gen); }, "wait for event");
+  if (!s->push([ev, gen] { ev->wait(gen); }, "wait for event")) return destroyed(s);
   return acmeSuccess;
 }
 
@@ -1069,7 +1095,10 @@ acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream) 
     ev->reach(gen);  // the default stream has already done all its work
     return acmeSuccess;
   }
-  s->push([ev, gen] { ev->reach(gen); }, "event marker");
+  if (!s->push([ev, gen] { ev->reach(gen); }, "event marker")) {
+    ev->reach(gen);  // nobody would complete this record: do not leave waiters hanging
+    return destroyed(s);
+  }
   return acmeSuccess;
 }
 
@@ -1125,8 +1154,9 @@ acmeError_t acmeDeviceSynchronize(int device) {
   std::string err;
   {
     std::lock_guard<std::mutex> lk(r.reg_mu);
+    // Streams inherited through fork() have no worker here: skip them.
     for (auto& [h, s] : r.streams)
-      if (s->device == device) mine.push_back(s);
+      if (s->device == device && s->fork_epoch == g_fork_epoch.load()) mine.push_back(s);
     err = std::move(r.orphan_errors[device]);
     r.orphan_errors[device].clear();
   }
@@ -1246,12 +1276,13 @@ acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   r.stats.launches++;
-  s->push(
-      [f = std::move(fn)] {
-        rt().stats.kernel_begins++;
-        DeviceScope scope;
-        f();
-      },
-      "kernel");
+  if (!s->push(
+          [f = std::move(fn)] {
+            rt().stats.kernel_begins++;
+            DeviceScope scope;
+            f();
+          },
+          "kernel"))
+    return destroyed(s);
   return acmeSuccess;
 }

@@ -22,6 +22,9 @@
 // * Events stamp a steady_clock time when the stream reaches them.
 // * Failure injection for malloc/memcpy, deterministic per seed.
 //
+// * fork(): streams created before fork() are refused in the child (their
+//   worker threads do not exist there); everything else keeps working.
+//
 // Every call may come from any thread.
 #pragma once
 

@@ -644,6 +644,31 @@ void test_sticky_errors() {
   CHECK_OK(rtm::stream_destroy(0, s));
 }
 
+void test_fork_child_streams() {
+  rtm::Stream s = nullptr;
+  CHECK_OK(rtm::stream_create(0, &s));
+  // Leave work in flight across the fork: in the child it can never finish.
+  CHECK_OK(rtm::launch(0, s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }));
+  const int status = run_in_child([&] {
+    int code = 0;
+    if (rtm::stream_synchronize(0, s) != Status::Error) code |= 1;
+    if (!contains(last(), "before fork()")) code |= 2;
+    if (rtm::launch(0, s, [] {}) != Status::Error) code |= 4;
+    if (rtm::device_synchronize(0) != Status::Ok) code |= 8;  // skips the inherited stream
+    rtm::Stream fresh = nullptr;  // streams created in the child work
+    int ran = 0;
+    if (rtm::stream_create(0, &fresh) != Status::Ok) code |= 16;
+    if (rtm::launch(0, fresh, [&] { ran = 1; }) != Status::Ok) code |= 32;
+    if (rtm::stream_synchronize(0, fresh) != Status::Ok || ran != 1) code |= 64;
+    _exit(code);
+  });
+  CHECK(WIFEXITED(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    record_failure(__FILE__, __LINE__, "child failed, code " + std::to_string(WEXITSTATUS(status)));
+  CHECK_OK(rtm::stream_synchronize(0, s));  // the parent's stream is unaffected
+  CHECK_OK(rtm::stream_destroy(0, s));
+}
+
 std::vector<bool> malloc_fault_pattern(const char* seed, int n, int* failures,
                                        bool* all_oom, bool* all_say_injected) {
   CHECK_OK(rtm::set_option("fault_seed", seed));
@@ -974,6 +999,7 @@ int main(int argc, char** argv) {
       {"events", test_events},
       {"stream_wait_event", test_stream_wait_event},
       {"sticky_errors", test_sticky_errors},
+      {"fork_child_streams", test_fork_child_streams},
       {"fault_injection", test_fault_injection},
       {"options_and_stats", test_options_and_stats},
       {"last_error_is_thread_local", test_last_error_is_thread_local},
