@@ -1,0 +1,433 @@
+// acme normalization kernels: native_batch_norm (+ backward),
+// _native_batch_norm_legit, native_layer_norm (+ backward).
+//
+// Inputs are staged as dense compute-type arrays; statistics accumulate in
+// double (two passes: mean, then centred sum of squares) so float32 results
+// match PyTorch's to a few ulps even for large reductions. As in PyTorch, a
+// float16/bfloat16 input with float32 parameters ("mixed type", the autocast
+// case) keeps its statistics in float32; otherwise they have the input dtype.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "nn_buffers.h"
+
+#include <array>
+#include <cmath>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+
+const at::Tensor& opt(const std::optional<at::Tensor>& t) {
+  static const at::Tensor undefined;
+  return (t.has_value() && t->defined()) ? *t : undefined;
+}
+
+bool is_reduced(c10::ScalarType st) {
+  return st == c10::ScalarType::Half || st == c10::ScalarType::BFloat16;
+}
+
+void check_float(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
+  if (!t.defined()) return;
+  cm::check_same_device(op, ref, t, arg);
+  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
+    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
+  }
+}
+
+// dtype of saved statistics: float32 for a reduced-float input with any
+// float32 parameter, else the input's dtype.
+c10::ScalarType stat_dtype(const at::Tensor& input, std::initializer_list<const at::Tensor*> params) {
+  if (is_reduced(input.scalar_type())) {
+    for (const at::Tensor* p : params) {
+      if (p->defined() && p->scalar_type() == c10::ScalarType::Float) return c10::ScalarType::Float;
+    }
+  }
+  return input.scalar_type();
+}
+
+// Per-channel vector (weight, bias, stats) as dense Acc, or `dflt` if undefined.
+template <class Acc>
+std::vector<Acc> chan_vec(const char* op, const at::Tensor& t, int64_t C, Acc dflt,
+                          const char* arg) {
+  std::vector<Acc> v(static_cast<size_t>(C), dflt);
+  if (t.defined()) {
+    ACME_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
+                 t.sizes());
+    if (C > 0) nn::load_into<Acc>(op, t.reshape({C}), {C}, v.data());
+  }
+  return v;
+}
+
+// (N, C, S) view sizes of a batch-norm input.
+struct BNShape {
+  int64_t N, C, S;
+};
+BNShape bn_shape(const char* op, const at::Tensor& input) {
+  ACME_CHECK_T(input.dim() >= 2, op, input, "expected at least 2-d input (N, C, ...), got ",
+               input.sizes());
+  BNShape s{input.size(0), input.size(1), 1};
+  for (int64_t d = 2; d < input.dim(); ++d) s.S *= input.size(d);
+  return s;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+    const at::Tensor& running_mean, const at::Tensor& running_var, bool training,
+    double momentum, double eps) {
+  check_float(op, input, input, "input");
+  check_float(op, input, weight, "weight");
+  check_float(op, input, bias, "bias");
+  check_float(op, input, running_mean, "running_mean");
+  check_float(op, input, running_var, "running_var");
+  const BNShape sh = bn_shape(op, input);
+  ACME_CHECK_T(training || (running_mean.defined() && running_var.defined()), op, input,
+               "running_mean and running_var must be defined in evaluation mode");
+  const auto sdt = stat_dtype(input, {&weight, &bias, &running_mean, &running_var});
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor save_mean = at::empty({training ? sh.C : 0}, input.options().dtype(sdt));
+  at::Tensor save_invstd = at::empty({training ? sh.C : 0}, input.options().dtype(sdt));
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t C = sh.C, S = sh.S, N = sh.N;
+    const int64_t count = N * S;
+    auto x = nn::load<Acc>(op, input);
+    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    auto b = chan_vec<Acc>(op, bias, C, Acc(0), "bias");
+    std::vector<Acc> mean(C), invstd(C);
+    if (training) {
+      std::vector<Acc> var_unbiased(C);
+      for (int64_t c = 0; c < C; ++c) {
+        double s = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const Acc* p = x.data() + (n * C + c) * S;
+          for (int64_t i = 0; i < S; ++i) s += p[i];
+        }
+        const double mu = count ? s / count : 0.0;
+        double ss = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const Acc* p = x.data() + (n * C + c) * S;
+          for (int64_t i = 0; i < S; ++i) {
+            const double d = p[i] - mu;
+            ss += d * d;
+          }
+        }
+        const double var = count ? ss / count : 0.0;
+        mean[c] = static_cast<Acc>(mu);
+        invstd[c] = static_cast<Acc>(1.0 / std::sqrt(var + eps));
+        var_unbiased[c] = static_cast<Acc>(count > 1 ? ss / (count - 1) : INFINITY);
+      }
+      if (running_mean.defined()) {
+        auto rm = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
+        for (int64_t c = 0; c < C; ++c)
+          rm[c] = static_cast<Acc>((1 - momentum) * rm[c] + momentum * mean[c]);
+        nn::store<Acc>(op, rm.data(), running_mean.reshape({C}));
+      }
+      if (running_var.defined()) {
+        auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+        for (int64_t c = 0; c < C; ++c)
+          rv[c] = static_cast<Acc>((1 - momentum) * rv[c] + momentum * var_unbiased[c]);
+        nn::store<Acc>(op, rv.data(), running_var.reshape({C}));
+      }
+      nn::store<Acc>(op, mean.data(), save_mean);
+      nn::store<Acc>(op, invstd.data(), save_invstd);
+    } else {
+      mean = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
+      auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+      for (int64_t c = 0; c < C; ++c)
+        invstd[c] = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+    }
+    if (out.numel() == 0) return;
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        // y = x * scale + shift
+        const Acc scale = invstd[c] * w[c];
+        const Acc shift = b[c] - mean[c] * scale;
+        const Acc* p = x.data() + (n * C + c) * S;
+        Acc* o = ob.data() + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) o[i] = p[i] * scale + shift;
+      }
+    ob.finish(op);
+  });
+  return {out, save_mean, save_invstd};
+}
+
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_batch_norm(
+    const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
+    const ::std::optional<at::Tensor>& bias, const ::std::optional<at::Tensor>& running_mean,
+    const ::std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl("native_batch_norm", input, opt(weight), opt(bias), opt(running_mean),
+                         opt(running_var), training, momentum, eps);
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k__native_batch_norm_legit(
+    const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
+    const ::std::optional<at::Tensor>& bias, at::Tensor& running_mean, at::Tensor& running_var,
+    bool training, double momentum, double eps) {
+  return batch_norm_impl("_native_batch_norm_legit", input, opt(weight), opt(bias), running_mean,
+                         running_var, training, momentum, eps);
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const ::std::optional<at::Tensor>& weight_,
+    const ::std::optional<at::Tensor>& running_mean_, const ::std::optional<at::Tensor>& running_var_,
+    const ::std::optional<at::Tensor>& save_mean_, const ::std::optional<at::Tensor>& save_invstd_,
+    bool train, double eps, ::std::array<bool, 3> output_mask) {
+  const char* op = "native_batch_norm_backward";
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& running_mean = opt(running_mean_);
+  const at::Tensor& running_var = opt(running_var_);
+  const at::Tensor& save_mean = opt(save_mean_);
+  const at::Tensor& save_invstd = opt(save_invstd_);
+  check_float(op, input, input, "input");
+  check_float(op, input, grad_out, "grad_out");
+  check_float(op, input, weight, "weight");
+  const BNShape sh = bn_shape(op, input);
+  ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
+               grad_out.sizes(), ", expected ", input.sizes());
+  if (train) {
+    ACME_CHECK(save_mean.defined() && save_invstd.defined(), op,
+               "save_mean and save_invstd must be defined in training mode");
+  } else {
+    ACME_CHECK(running_mean.defined() && running_var.defined(), op,
+               "running_mean and running_var must be defined in evaluation mode");
+  }
+  const auto sdt = stat_dtype(input, {&weight, &running_mean, &running_var});
+  const auto param_opts = weight.defined() ? weight.options() : input.options().dtype(sdt);
+  at::Tensor gi, gw, gb;
+  if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
+  if (output_mask[1]) gw = at::empty({sh.C}, param_opts);
+  if (output_mask[2]) gb = at::empty({sh.C}, param_opts);
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t C = sh.C, S = sh.S, N = sh.N;
+    const int64_t count = N * S;
+    auto x = nn::load<Acc>(op, input);
+    auto dy = nn::load<Acc>(op, grad_out);
+    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    std::vector<Acc> mean, invstd;
+    if (train) {
+      mean = chan_vec<Acc>(op, save_mean, C, Acc(0), "save_mean");
+      invstd = chan_vec<Acc>(op, save_invstd, C, Acc(1), "save_invstd");
+    } else {
+      mean = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
+      auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+      invstd.resize(C);
+      for (int64_t c = 0; c < C; ++c)
+        invstd[c] = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
+    }
+    // sum(dy) and sum(dy * (x - mean)) per channel
+    std::vector<Acc> sum_dy(C), sum_dy_xmu(C);
+    for (int64_t c = 0; c < C; ++c) {
+      double s1 = 0, s2 = 0;
+      const double mu = mean[c];
+      for (int64_t n = 0; n < N; ++n) {
+        const Acc* px = x.data() + (n * C + c) * S;
+        const Acc* pd = dy.data() + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) {
+          s1 += pd[i];
+          s2 += pd[i] * (px[i] - mu);
+        }
+      }
+      sum_dy[c] = static_cast<Acc>(s1);
+      sum_dy_xmu[c] = static_cast<Acc>(s2);
+    }
+    if (gi.defined() && gi.numel() > 0) {
+      nn::OutBuf<Acc> ob(gi);
+      for (int64_t c = 0; c < C; ++c) {
+        const Acc is = invstd[c], wc = w[c], mu = mean[c];
+        // train: dx = w*is*(dy - mean(dy) - (x-mu)*is^2*mean(dy*(x-mu)))
+        const Acc k = train && count ? sum_dy_xmu[c] * is * is / Acc(count) : Acc(0);
+        const Acc mdy = train && count ? sum_dy[c] / Acc(count) : Acc(0);
+        const Acc ws = wc * is;
+        for (int64_t n = 0; n < N; ++n) {
+          const Acc* px = x.data() + (n * C + c) * S;
+          const Acc* pd = dy.data() + (n * C + c) * S;
+          Acc* o = ob.data() + (n * C + c) * S;
+          if (train) {
+            for (int64_t i = 0; i < S; ++i) o[i] = (pd[i] - mdy - (px[i] - mu) * k) * ws;
+          } else {
+            for (int64_t i = 0; i < S; ++i) o[i] = pd[i] * ws;
+          }
+        }
+      }
+      ob.finish(op);
+    }
+    if (gw.defined()) {
+      std::vector<Acc> v(C);
+      for (int64_t c = 0; c < C; ++c) v[c] = sum_dy_xmu[c] * invstd[c];
+      nn::store<Acc>(op, v.data(), gw);
+    }
+    if (gb.defined()) nn::store<Acc>(op, sum_dy.data(), gb);
+  });
+  return {gi, gw, gb};
+}
+
+// ---- layer norm ---------------------------------------------------------------
+
+namespace {
+struct LNShape {
+  int64_t M, N, axis;
+};
+LNShape ln_shape(const char* op, const at::Tensor& input, at::IntArrayRef normalized_shape) {
+  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
+  ACME_CHECK(nd >= 1, op, "normalized_shape must have at least one dimension");
+  ACME_CHECK_T(input.dim() >= nd &&
+                   input.sizes().slice(input.dim() - nd).equals(normalized_shape),
+               op, input, "input shape ", input.sizes(),
+               " does not end with normalized_shape ", normalized_shape);
+  LNShape s{1, 1, input.dim() - nd};
+  for (int64_t d = 0; d < s.axis; ++d) s.M *= input.size(d);
+  for (int64_t d = s.axis; d < input.dim(); ++d) s.N *= input.size(d);
+  return s;
+}
+std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
+  std::vector<int64_t> s(input.sizes().begin(), input.sizes().end());
+  for (size_t d = static_cast<size_t>(axis); d < s.size(); ++d) s[d] = 1;
+  return s;
+}
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_layer_norm(
+    const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const ::std::optional<at::Tensor>& weight_, const ::std::optional<at::Tensor>& bias_,
+    double eps) {
+  const char* op = "native_layer_norm";
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
+  check_float(op, input, input, "input");
+  check_float(op, input, weight, "weight");
+  check_float(op, input, bias, "bias");
+  const LNShape sh = ln_shape(op, input, normalized_shape);
+  if (weight.defined())
+    ACME_CHECK_T(weight.sizes().equals(normalized_shape), op, weight, "weight shape ",
+                 weight.sizes(), " differs from normalized_shape ", normalized_shape);
+  if (bias.defined())
+    ACME_CHECK_T(bias.sizes().equals(normalized_shape), op, bias, "bias shape ", bias.sizes(),
+                 " differs from normalized_shape ", normalized_shape);
+  const auto sdt = stat_dtype(input, {&weight, &bias});
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  const auto ss = stat_shape(input, sh.axis);
+  at::Tensor mean = at::empty(ss, input.options().dtype(sdt));
+  at::Tensor rstd = at::empty(ss, input.options().dtype(sdt));
+  if (sh.M == 0) return {out, mean, rstd};
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t M = sh.M, N = sh.N;
+    auto x = nn::load<Acc>(op, input);
+    nn::Dense<Acc> w, b;
+    if (weight.defined()) w = nn::load<Acc>(op, weight);
+    if (bias.defined()) b = nn::load<Acc>(op, bias);
+    std::vector<Acc> mv(M), rv(M);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t r = 0; r < M; ++r) {
+      const Acc* p = x.data() + r * N;
+      double s = 0;
+      for (int64_t i = 0; i < N; ++i) s += p[i];
+      const double mu = N ? s / N : 0.0;
+      double q = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        const double d = p[i] - mu;
+        q += d * d;
+      }
+      const double var = N ? q / N : 0.0;
+      const Acc is = static_cast<Acc>(1.0 / std::sqrt(var + eps));
+      const Acc m = static_cast<Acc>(mu);
+      mv[r] = m;
+      rv[r] = is;
+      Acc* o = ob.data() + r * N;
+      const Acc* wp = w.data();
+      const Acc* bp = b.data();
+      for (int64_t i = 0; i < N; ++i) {
+        Acc y = (p[i] - m) * is;
+        if (wp) y *= wp[i];
+        if (bp) y += bp[i];
+        o[i] = y;
+      }
+    }
+    ob.finish(op);
+    nn::store<Acc>(op, mv.data(), mean);
+    nn::store<Acc>(op, rv.data(), rstd);
+  });
+  return {out, mean, rstd};
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const at::Tensor& mean, const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_,
+    const ::std::optional<at::Tensor>& bias_, ::std::array<bool, 3> output_mask) {
+  const char* op = "native_layer_norm_backward";
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
+  check_float(op, input, input, "input");
+  check_float(op, input, grad_out, "grad_out");
+  check_float(op, input, mean, "mean");
+  check_float(op, input, rstd, "rstd");
+  check_float(op, input, weight, "weight");
+  const LNShape sh = ln_shape(op, input, normalized_shape);
+  ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
+               grad_out.sizes(), ", expected ", input.sizes());
+  ACME_CHECK_T(mean.numel() == sh.M && rstd.numel() == sh.M, op, mean, "mean and rstd must have ",
+               sh.M, " elements, got ", mean.numel(), " and ", rstd.numel());
+  at::Tensor gi, gw, gb;
+  if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
+  if (output_mask[1] && weight.defined()) gw = at::empty(weight.sizes(), weight.options());
+  if (output_mask[2] && bias.defined()) gb = at::empty(bias.sizes(), bias.options());
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t M = sh.M, N = sh.N;
+    auto x = nn::load<Acc>(op, input);
+    auto dy = nn::load<Acc>(op, grad_out);
+    auto mu = nn::load<Acc>(op, mean);
+    auto rs = nn::load<Acc>(op, rstd);
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight);
+    const Acc* wp = w.data();
+    std::vector<double> dw(gw.defined() ? N : 0, 0.0), db(gb.defined() ? N : 0, 0.0);
+    std::optional<nn::OutBuf<Acc>> ob;
+    if (gi.defined() && gi.numel() > 0) ob.emplace(gi);
+    for (int64_t r = 0; r < M; ++r) {
+      const Acc* px = x.data() + r * N;
+      const Acc* pd = dy.data() + r * N;
+      const Acc m = mu.data()[r], is = rs.data()[r];
+      if (!dw.empty())
+        for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(pd[i]) * ((px[i] - m) * is);
+      if (!db.empty())
+        for (int64_t i = 0; i < N; ++i) db[i] += pd[i];
+      if (ob) {
+        // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
+        double s1 = 0, s2 = 0;
+        for (int64_t i = 0; i < N; ++i) {
+          const double g = wp ? static_cast<double>(pd[i]) * wp[i] : pd[i];
+          s1 += g;
+          s2 += g * ((px[i] - m) * is);
+        }
+        const Acc a = static_cast<Acc>(s1 / N), c = static_cast<Acc>(s2 / N);
+        Acc* o = ob->data() + r * N;
+        for (int64_t i = 0; i < N; ++i) {
+          const Acc g = wp ? pd[i] * wp[i] : pd[i];
+          o[i] = is * (g - a - ((px[i] - m) * is) * c);
+        }
+      }
+    }
+    if (ob) ob->finish(op);
+    if (gw.defined()) {
+      std::vector<Acc> v(dw.begin(), dw.end());
+      nn::store<Acc>(op, v.data(), gw);
+    }
+    if (gb.defined()) {
+      std::vector<Acc> v(db.begin(), db.end());
+      nn::store<Acc>(op, v.data(), gb);
+    }
+  });
+  return {gi, gw, gb};
+}
+
+}  // namespace acme::kernels
