@@ -821,6 +821,14 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
       return fail(acmeErrorRuntime,
                   "acme: init: cannot re-initialize while device memory is allocated");
 
+  // Environment options first: a bad value fails init before anything changes
+  // device-wise (the arenas are set to the resulting protect state below).
+  for (auto [env, key] : {std::pair{"ACME_PROTECT", "protect"},
+                          std::pair{"ACME_FAULT_SEED", "fault_seed"},
+                          std::pair{"ACME_FAULT_MALLOC", "fault_malloc"},
+                          std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"}})
+    if (auto e = env_option(env, key)) return e;
+
   std::vector<std::unique_ptr<Arena>> arenas;
   for (int i = 0; i < device_count; ++i) {
     arenas.push_back(std::make_unique<Arena>(i, capacity, alignment));
@@ -841,12 +849,6 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
     r.orphan_errors.assign(device_count, std::string());
   }
   arenas.clear();  // the old ones (unmapped; they were idle)
-
-  for (auto [env, key] : {std::pair{"ACME_PROTECT", "protect"},
-                          std::pair{"ACME_FAULT_SEED", "fault_seed"},
-                          std::pair{"ACME_FAULT_MALLOC", "fault_malloc"},
-                          std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"}})
-    if (auto e = env_option(env, key)) return e;
   return acmeSuccess;
 }
 

@@ -752,9 +752,11 @@ void test_fault_injection() {
   CHECK(contains(last(), "injected") && contains(last(), "fault_seed=7"));
   CHECK_OK(rtm::set_option("fault_malloc", "0"));
   setenv("ACME_FAULT_MEMCPY", "2", 1);
-  CHECK_ST(rtm::init({kDevices, kCap, kAlign}), Status::InvalidValue);
+  CHECK_ST(rtm::init({1, kCap / 2, kAlign}), Status::InvalidValue);
   CHECK(contains(last(), "ACME_FAULT_MEMCPY"));
   unsetenv("ACME_FAULT_MEMCPY");
+  CHECK(rtm::device_count() == kDevices);  // the failed init changed nothing
+  CHECK(free_of(0) == kCap);
   init_default();
 }
 
