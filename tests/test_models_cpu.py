@@ -10,6 +10,16 @@ from torch_fl.models import GPT, GPTConfig, resnet18, train_step
 from torch_fl.models.resnet import BasicBlock
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny tensors: extra OpenMP threads only spin, and on a shared machine they
+    # make these tests many times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _seeded_resnet(**kw):
     torch.manual_seed(0)
     return resnet18(**kw)
