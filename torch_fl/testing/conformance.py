@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 __all__ = [
-    "CompareResult", "compare", "default_tolerance", "materialize", "resolve_op",
+    "CompareResult", "compare", "compare_statistics", "default_tolerance", "materialize", "resolve_op",
     "run_op", "to_device", "parse_dtype",
 ]
 
@@ -409,3 +409,72 @@ def compare(op_name: str, sample: list, dtype: str | torch.dtype,
     except AssertionError as e:
         raise AssertionError(f"{label} on {device}: {e}") from None
     return CompareResult(op_name, dtype, errs.abs, errs.rel, errs.count)
+
+
+# --- random ops -------------------------------------------------------------------
+
+def _tensors_of(value: Any, where: str = "result") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(value, torch.Tensor):
+        return [(where, value)]
+    if isinstance(value, (list, tuple)):
+        out = []
+        for i, v in enumerate(value):
+            out += _tensors_of(v, f"{where}[{i}]")
+        return out
+    return []
+
+
+def compare_statistics(op_name: str, sample: list, dtype: str | torch.dtype,
+                       device: str | torch.device, sigmas: float = 6.0,
+                       seed: int = 0) -> CompareResult:
+    """Check a random op (skip_conformance "random: checked statistically").
+
+    Random streams differ between devices, so results are compared as samples of
+    a distribution: same dtype and shape, finite where CPU's are, and the mean
+    within `sigmas` standard errors (estimated from both runs). A deterministic
+    output (no spread in either run) must match CPU's mean up to the dtype's
+    tolerance. Covers the result and the arguments the op writes.
+    """
+    dtype = parse_dtype(dtype)
+    atol, rtol = default_tolerance(dtype)
+    op = resolve_op(op_name)
+    args, kwargs = materialize(sample, dtype, "cpu", seed)
+    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
+    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+    expected = _tensors_of(run_op(op_name, cpu_args, cpu_kwargs, "cpu"))
+    actual = _tensors_of(_to_cpu(run_op(op_name, dev_args, dev_kwargs, device)))
+    pos, names = _mutated_positions(op)
+    for i in pos:
+        if i < len(cpu_args):
+            expected += _tensors_of(cpu_args[i], f"mutated arg {i}")
+            actual += _tensors_of(_to_cpu(dev_args[i]), f"mutated arg {i}")
+    for n in names:
+        if n in cpu_kwargs:
+            expected += _tensors_of(cpu_kwargs[n], f"mutated {n}=")
+            actual += _tensors_of(_to_cpu(dev_kwargs[n]), f"mutated {n}=")
+
+    label = f"{op_name} [{dtype}] sample {sample!r} on {device}"
+    if len(expected) != len(actual):
+        raise AssertionError(f"{label}: {len(actual)} tensors, expected {len(expected)}")
+    worst = 0.0
+    for (where, e), (_, a) in zip(expected, actual):
+        if e.dtype != a.dtype or e.shape != a.shape:
+            raise AssertionError(f"{label}: {where}: {a.dtype}{tuple(a.shape)} != expected "
+                                 f"{e.dtype}{tuple(e.shape)}")
+        if e.numel() == 0:
+            continue
+        e64, a64 = e.double(), a.double()
+        if not torch.equal(e64.isfinite(), a64.isfinite()) and not a64.isfinite().all():
+            raise AssertionError(f"{label}: {where}: non-finite values where CPU has none")
+        mean_e, mean_a = float(e64.mean()), float(a64.mean())
+        # Standard error of the difference of two sample means; both spreads are
+        # used so that one run that happened to draw a constant does not make
+        # the check exact.
+        var = (float(e64.var()) + float(a64.var())) if e.numel() > 1 else 0.0
+        allowed = sigmas * math.sqrt(var / e.numel()) + atol + rtol * abs(mean_e)
+        diff = abs(mean_a - mean_e)
+        worst = max(worst, diff)
+        if diff > allowed:
+            raise AssertionError(f"{label}: {where}: mean {mean_a:.4g} vs CPU {mean_e:.4g} "
+                                 f"(allowed difference {allowed:.3g})")
+    return CompareResult(op_name, dtype, worst, 0.0, len(expected))
