@@ -1,0 +1,180 @@
+// acme softmax kernels: _softmax, _log_softmax, their backward_data ops, and
+// _safe_softmax (the variant scaled_dot_product_attention's math path calls,
+// where a row of all -inf gives zeros instead of NaN).
+//
+// The tensor is seen as (outer, D, inner) around the softmax dim and staged as
+// a dense compute-type array. Numerically stable: the row maximum is
+// subtracted before exponentiation and the sum accumulates in double.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "nn_buffers.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+
+struct Axis {
+  int64_t outer = 1, D = 1, inner = 1;
+};
+
+Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
+  const int64_t nd = std::max<int64_t>(t.dim(), 1);
+  ACME_CHECK_T(dim >= -nd && dim < nd, op, t, "dim ", dim, " out of range for a ", t.dim(),
+               "-d tensor");
+  if (dim < 0) dim += nd;
+  Axis a;
+  if (t.dim() == 0) return a;
+  for (int64_t d = 0; d < dim; ++d) a.outer *= t.size(d);
+  a.D = t.size(dim);
+  for (int64_t d = dim + 1; d < t.dim(); ++d) a.inner *= t.size(d);
+  return a;
+}
+
+void check_float(const char* op, const at::Tensor& t) {
+  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
+    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
+  }
+}
+
+enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
+
+at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
+                       c10::ScalarType out_dtype, Kind kind) {
+  check_float(op, self);
+  const Axis ax = make_axis(op, self, dim);
+  at::Tensor out = at::empty(self.sizes(), self.options().dtype(out_dtype));
+  if (out.numel() == 0) return out;
+  // float64 in or out computes in double, everything else in float.
+  const at::Tensor& compute_ref =
+      out_dtype == c10::ScalarType::Double ? out : self;
+  nn::dispatch_compute(op, compute_ref, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    const int64_t D = ax.D, inner = ax.inner;
+    std::vector<Acc> row(static_cast<size_t>(D));
+    for (int64_t o = 0; o < ax.outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const Acc* src = x.data() + o * D * inner + i;
+        Acc* dst = ob.data() + o * D * inner + i;
+        Acc mx = -std::numeric_limits<Acc>::infinity();
+        for (int64_t d = 0; d < D; ++d) {
+          const Acc v = src[d * inner];
+          row[d] = v;
+          // NaN propagates: once the max is NaN it stays NaN.
+          if (v > mx || std::isnan(v)) mx = v;
+        }
+        if (kind == Kind::kSafeSoftmax && mx == -std::numeric_limits<Acc>::infinity()) {
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = Acc(0);
+          continue;
+        }
+        double sum = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const Acc e = std::exp(row[d] - mx);
+          if (kind != Kind::kLogSoftmax) row[d] = e;
+          sum += e;
+        }
+        if (kind == Kind::kLogSoftmax) {
+          const Acc lse = static_cast<Acc>(std::log(sum));
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = row[d] - mx - lse;
+        } else {
+          const Acc inv = static_cast<Acc>(1.0 / sum);
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = row[d] * inv;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+c10::ScalarType fwd_out_dtype(const char* op, const at::Tensor& self, bool half_to_float) {
+  if (!half_to_float) return self.scalar_type();
+  ACME_CHECK_T(self.scalar_type() == c10::ScalarType::Half ||
+                   self.scalar_type() == c10::ScalarType::BFloat16,
+               op, self, "half_to_float requires a float16 or bfloat16 input");
+  return c10::ScalarType::Float;
+}
+
+at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::Tensor& output,
+                       int64_t dim, c10::ScalarType input_dtype, bool log) {
+  check_float(op, grad_output);
+  check_float(op, output);
+  cm::check_same_device(op, grad_output, output, "output");
+  ACME_CHECK_T(grad_output.sizes().equals(output.sizes()), op, grad_output,
+               "grad_output has shape ", grad_output.sizes(), ", output has ", output.sizes());
+  ACME_CHECK(cm::dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
+             cm::dtype_name(input_dtype), " is not a supported float dtype");
+  const Axis ax = make_axis(op, output, dim);
+  at::Tensor gi = at::empty(output.sizes(), grad_output.options().dtype(input_dtype));
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto g = nn::load<Acc>(op, grad_output);
+    auto y = nn::load<Acc>(op, output);
+    nn::OutBuf<Acc> ob(gi);
+    const int64_t D = ax.D, inner = ax.inner;
+    for (int64_t o = 0; o < ax.outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t base = o * D * inner + i;
+        const Acc* gp = g.data() + base;
+        const Acc* yp = y.data() + base;
+        Acc* dst = ob.data() + base;
+        double s = 0;
+        if (log) {
+          // d/dx log_softmax: g - exp(y) * sum(g)
+          for (int64_t d = 0; d < D; ++d) s += gp[d * inner];
+          const Acc sa = static_cast<Acc>(s);
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = gp[d * inner] - std::exp(yp[d * inner]) * sa;
+        } else {
+          // d/dx softmax: y * (g - sum(g * y))
+          for (int64_t d = 0; d < D; ++d) s += static_cast<double>(gp[d * inner]) * yp[d * inner];
+          const Acc sa = static_cast<Acc>(s);
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = yp[d * inner] * (gp[d * inner] - sa);
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+}  // namespace
+
+at::Tensor k__softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  const char* op = "_softmax";
+  return softmax_fwd(op, self, dim, fwd_out_dtype(op, self, half_to_float), Kind::kSoftmax);
+}
+
+at::Tensor k__log_softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  const char* op = "_log_softmax";
+  return softmax_fwd(op, self, dim, fwd_out_dtype(op, self, half_to_float), Kind::kLogSoftmax);
+}
+
+at::Tensor k__softmax_backward_data(const at::Tensor& grad_output, const at::Tensor& output,
+                                    int64_t dim, at::ScalarType input_dtype) {
+  return softmax_bwd("_softmax_backward_data", grad_output, output, dim, input_dtype, false);
+}
+
+at::Tensor k__log_softmax_backward_data(const at::Tensor& grad_output, const at::Tensor& output,
+                                        int64_t dim, at::ScalarType input_dtype) {
+  return softmax_bwd("_log_softmax_backward_data", grad_output, output, dim, input_dtype, true);
+}
+
+at::Tensor k__safe_softmax(const at::Tensor& self, int64_t dim,
+                           ::std::optional<at::ScalarType> dtype) {
+  const char* op = "_safe_softmax";
+  const auto out_dtype = dtype.value_or(self.scalar_type());
+  ACME_CHECK(cm::dtype_bit(out_dtype) & nn::kNNFloat, op, "dtype ", cm::dtype_name(out_dtype),
+             " is not a supported float dtype");
+  return softmax_fwd(op, self, dim, out_dtype, Kind::kSafeSoftmax);
+}
+
+}  // namespace acme::kernels
