@@ -1,0 +1,246 @@
+"""Layer-by-layer precision comparison of one model on two devices.
+
+The model is copied to both devices with identical weights, run on the same
+inputs, and every module's forward output (forward hooks) and every
+parameter's gradient is compared with device_a as the reference. The first
+layer whose output leaves the tolerance is where a wrong kernel shows up
+first: layers after it inherit its error.
+
+    >>> report = torch_fl.compare_model(model, (x,), "cpu", "acme:0")
+    >>> print(report.table())
+    >>> report.first_divergent          # 'layer3.0.conv1' or None
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from . import _backends
+from .precision import TensorDiff, tensor_diff
+
+__all__ = ["compare_model", "ModelCompareReport", "LayerDiff"]
+
+
+@dataclass
+class LayerDiff:
+    name: str            # module path ('layer1.0.conv1'); '#2' marks a module's 2nd call
+    kind: str            # 'forward' (module output) or 'grad' (a parameter's gradient)
+    module_type: str
+    shape: list[int]
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    cosine: float
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class ModelCompareReport:
+    model: str
+    device_a: str
+    device_b: str
+    atol: float
+    rtol: float
+    forward: list[LayerDiff] = field(default_factory=list)   # in execution order
+    grads: list[LayerDiff] = field(default_factory=list)     # in backward order
+    loss_a: float | None = None
+    loss_b: float | None = None
+    missing: list[str] = field(default_factory=list)         # seen on one device only
+
+    @property
+    def first_divergent(self) -> str | None:
+        """First module (execution order) whose forward output is out of tolerance."""
+        return next((d.name for d in self.forward if not d.ok), None)
+
+    @property
+    def first_divergent_grad(self) -> str | None:
+        """First parameter gradient (backward order: output side first) out of tolerance."""
+        return next((d.name for d in self.grads if not d.ok), None)
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.forward + self.grads) and not self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items()}
+        out["first_divergent"] = self.first_divergent
+        out["first_divergent_grad"] = self.first_divergent_grad
+        out["ok"] = self.ok
+        return out
+
+    def to_json(self, path: str | None = None) -> str:
+        """The report as JSON (non-finite numbers as strings); written to path if given."""
+        def clean(v):
+            if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [clean(x) for x in v]
+            return v
+        text = json.dumps(clean(self.to_dict()), indent=2)
+        if path:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        return text
+
+    def table(self, all_rows: bool = True) -> str:
+        """Readable report. all_rows=False lists only layers out of tolerance."""
+        def fmt_loss(v):
+            return "-" if v is None else f"{v:.6g}"
+        lines = [
+            f"precision report: {self.model}: {self.device_b} vs {self.device_a} (reference); "
+            f"atol={self.atol:g} rtol={self.rtol:g}",
+            f"loss: {fmt_loss(self.loss_a)} ({self.device_a}) vs {fmt_loss(self.loss_b)} "
+            f"({self.device_b})",
+            f"first divergent layer (forward): {self.first_divergent or 'none'}",
+        ]
+        if self.grads:
+            lines.append(f"first divergent gradient: {self.first_divergent_grad or 'none'}")
+        if self.missing:
+            lines.append("seen on one device only: " + ", ".join(self.missing))
+        rows = [d for d in self.forward + self.grads if all_rows or not d.ok]
+        if rows:
+            width = max(len(d.name) for d in rows)
+            twidth = max(len(d.module_type) for d in rows)
+            lines.append(f"{'kind':<7}  {'layer':<{width}}  {'type':<{twidth}}  {'max_abs':>9}  "
+                         f"{'max_rel':>9}  {'cosine':>10}  ok")
+            for d in rows:
+                mark = "ok" if d.ok else "DIVERGES"
+                note = f"  {d.note}" if d.note else ""
+                lines.append(f"{d.kind:<7}  {d.name:<{width}}  {d.module_type:<{twidth}}  "
+                             f"{d.max_abs:>9.2e}  {d.max_rel:>9.2e}  {d.cosine:>10.7f}  "
+                             f"{mark}{note}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _merge(diffs: list[TensorDiff]) -> dict[str, Any]:
+    """Several output tensors of one layer -> the worst of each metric."""
+    return dict(
+        shape=diffs[0].shape if len(diffs) == 1 else [],
+        max_abs=max(d.max_abs for d in diffs),
+        max_rel=max(d.max_rel for d in diffs),
+        mean_abs=max(d.mean_abs for d in diffs),
+        cosine=min(d.cosine for d in diffs),
+        ok=all(d.ok for d in diffs),
+        note="; ".join(d.note for d in diffs if d.note),
+    )
+
+
+def _run(model, inputs, device, loss_fn, targets, backward):
+    """Run one copy; returns (forward records {name: (type, [cpu tensors])} in
+    call order, grads {param name: (module type, cpu tensor)}, loss)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from .precision import _to
+
+    records: dict[str, tuple[str, list]] = {}
+    calls: dict[str, int] = {}
+    handles = []
+
+    def hook_for(name: str, module):
+        def hook(_mod, _args, output):
+            calls[name] = calls.get(name, 0) + 1
+            key = name if calls[name] == 1 else f"{name}#{calls[name]}"
+            # Copy now: an in-place op later (ReLU(inplace=True)) would change it.
+            tensors = [t.detach().to("cpu", copy=True) for t in tree_leaves(output)
+                       if isinstance(t, torch.Tensor)]
+            if tensors:
+                records[key] = (type(module).__name__, tensors)
+        return hook
+
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_hook(hook_for(name or "(model)", module)))
+    try:
+        args = _to(inputs, device)
+        out = model(*args)
+        loss = None
+        if backward:
+            if loss_fn is not None:
+                loss = loss_fn(out, _to(targets, device)) if targets is not None else loss_fn(out)
+            else:
+                # Mean of squares: its gradient depends on the output values, so a
+                # forward error also shows up in every gradient.
+                loss = sum(t.float().pow(2).mean() for t in tree_leaves(out)
+                           if isinstance(t, torch.Tensor) and t.is_floating_point())
+            loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+    grads = {}
+    for mname, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if p.grad is not None:
+                full = f"{mname}.{pname}" if mname else pname
+                grads[full] = (type(module).__name__, p.grad.detach().to("cpu", copy=True))
+    loss_value = float(loss.detach().to("cpu")) if loss is not None else None
+    return records, grads, loss_value
+
+
+def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = None, *,
+                  loss_fn: Callable | None = None, targets: Any = None,
+                  atol: float = 1e-3, rtol: float = 1e-3, backward: bool = True,
+                  train: bool | None = None) -> ModelCompareReport:
+    """Compare `model(*inputs)` on device_a (reference) and device_b layer by layer.
+
+    * model: an nn.Module on any device; it is deep-copied, never modified.
+    * inputs: a tensor or tuple of args (copied to each device).
+    * loss_fn: loss_fn(output, targets) if targets is given, else loss_fn(output);
+      default: mean of squares of the float outputs. backward=False skips gradients.
+    * train: put both copies in train (True) / eval (False) mode; None keeps the
+      model's mode. Dropout draws different random numbers on two devices, so
+      compare models with dropout in eval mode.
+    """
+    import torch
+
+    dev_a = _backends.resolve_device(device_a)
+    dev_b = _backends.resolve_device(device_b if device_b is not None
+                                     else _backends.first_device())
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    copies = []
+    for dev in (dev_a, dev_b):
+        m = copy.deepcopy(model).to(dev)
+        if train is not None:
+            m.train(train)
+        copies.append(m)
+    # Same seed before each run: ops drawing random numbers on the CPU agree.
+    torch.manual_seed(0)
+    rec_a, grads_a, loss_a = _run(copies[0], args, dev_a, loss_fn, targets, backward)
+    torch.manual_seed(0)
+    rec_b, grads_b, loss_b = _run(copies[1], args, dev_b, loss_fn, targets, backward)
+
+    report = ModelCompareReport(model=type(model).__name__, device_a=str(dev_a),
+                                device_b=str(dev_b), atol=atol, rtol=rtol,
+                                loss_a=loss_a, loss_b=loss_b)
+    report.missing = sorted((set(rec_a) ^ set(rec_b)) | (set(grads_a) ^ set(grads_b)))
+    for name, (mtype, tensors_a) in rec_a.items():  # dicts keep call order
+        if name not in rec_b:
+            continue
+        tensors_b = rec_b[name][1]
+        if len(tensors_a) != len(tensors_b):
+            report.forward.append(LayerDiff(name, "forward", mtype, [], float("inf"),
+                                            float("inf"), float("inf"), float("nan"), False,
+                                            f"{len(tensors_a)} vs {len(tensors_b)} outputs"))
+            continue
+        diffs = [tensor_diff(a, b, atol, rtol) for a, b in zip(tensors_a, tensors_b)]
+        report.forward.append(LayerDiff(name, "forward", mtype, **_merge(diffs)))
+    # Backward order: parameters of the last executed modules get gradients first.
+    module_order = [n.split("#", 1)[0] for n in rec_a]
+    first_call = {n: i for i, n in reversed(list(enumerate(module_order)))}
+
+    def backward_rank(pname: str) -> int:
+        owner = pname.rsplit(".", 1)[0] if "." in pname else "(model)"
+        return -first_call.get(owner, -1)
+    for pname in sorted(set(grads_a) & set(grads_b), key=backward_rank):
+        mtype, ga = grads_a[pname]
+        d = tensor_diff(ga, grads_b[pname][1], atol, rtol)
+        report.grads.append(LayerDiff(pname, "grad", mtype, **_merge([d])))
+    return report

@@ -1,0 +1,250 @@
+"""Precision: what a device supports, automatic mixed precision on top of
+torch.autocast, GradScaler, and comparing a computation across two devices.
+
+    >>> torch_fl.get_supported_precision("acme:0")["amp_dtypes"]
+    [torch.bfloat16, torch.float16]
+    >>> with torch_fl.set_auto_mixed_precision(True, dtype=torch.bfloat16):
+    ...     y = model(x)                       # torch.autocast("acme") underneath
+    >>> scaler = torch_fl.grad_scaler()        # torch.amp.GradScaler("acme")
+    >>> torch_fl.compare_precision(torch.matmul, (a, b), "cpu", "acme:0")
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from . import _backends
+
+__all__ = ["get_supported_precision", "set_auto_mixed_precision", "get_auto_mixed_precision",
+           "AutoMixedPrecision", "grad_scaler", "compare_precision", "TensorDiff",
+           "tensor_diff"]
+
+
+def _dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def get_supported_precision(device: Any = None) -> dict[str, Any]:
+    """{'dtypes': [...], 'amp_dtypes': [...], 'autocast_dtype': default autocast
+    dtype, 'bf16': bool, 'fp16': bool, 'quantization': {'schemes', 'dtypes'}}."""
+    dev = _backends.resolve_device(device)
+    mod = _backends.backend(dev)
+    d = mod.DESCRIPTOR
+    amp = [_dtype(n) for n in d.get("amp_dtypes", [])]
+    return {
+        "device": str(dev),
+        "dtypes": [_dtype(n) for n in d.get("dtypes", [])],
+        "amp_dtypes": amp,
+        "autocast_dtype": amp[0] if amp else None,
+        "bf16": _dtype("bfloat16") in amp,
+        "fp16": _dtype("float16") in amp,
+        "quantization": {"schemes": list(d.get("quantization_schemes", [])),
+                         "dtypes": [_dtype(n) for n in d.get("quantization_dtypes", [])]},
+    }
+
+
+# --- automatic mixed precision -----------------------------------------------
+
+_state = threading.local()  # autocast state is thread-local in PyTorch too
+
+
+def _stack() -> list["AutoMixedPrecision"]:
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
+
+class AutoMixedPrecision:
+    """A torch.autocast region for a backend device type, entered when created.
+
+    Used as a plain call it is a global switch (until the next
+    set_auto_mixed_precision call on this thread); used in a `with` block it is
+    undone at the end of the block. The autocast weight cache is off: in a
+    global region that never exits, cached low-precision weight copies would go
+    stale after the optimizer updates the weights."""
+
+    def __init__(self, device_type: str, dtype, enabled: bool) -> None:
+        import torch
+
+        self.device_type = device_type
+        self.dtype = dtype
+        self.enabled = enabled
+        self._scoped = False
+        self._active = False
+        self._autocast = torch.autocast(device_type=device_type, dtype=dtype, enabled=enabled,
+                                        cache_enabled=False)
+
+    def _enter(self) -> None:
+        self._autocast.__enter__()
+        self._active = True
+
+    def _exit(self) -> None:
+        if self._active:
+            self._active = False
+            self._autocast.__exit__(None, None, None)
+
+    def __enter__(self) -> "AutoMixedPrecision":
+        self._scoped = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack = _stack()
+        # Undo everything set on top of this region (global switches inside the block too).
+        while stack:
+            top = stack.pop()
+            top._exit()
+            if top is self:
+                break
+
+    def __repr__(self) -> str:
+        return (f"AutoMixedPrecision(device_type={self.device_type!r}, enabled={self.enabled}, "
+                f"dtype={self.dtype})")
+
+
+def set_auto_mixed_precision(enabled: bool = True, dtype=None, device: Any = None) -> AutoMixedPrecision:
+    """Turn autocast on (or off) for the backend's device type on this thread.
+
+    `dtype` defaults to the device's first AMP dtype (descriptor `amp_dtypes`);
+    a dtype the device does not list raises ValueError (torch.autocast would only
+    warn and silently disable itself). Returns an AutoMixedPrecision that also
+    works as a context manager:
+
+        torch_fl.set_auto_mixed_precision(True)               # global, this thread
+        with torch_fl.set_auto_mixed_precision(True, torch.float16):
+            ...                                               # only in the block
+    """
+    mod = _backends.backend(device)
+    amp = [_dtype(n) for n in mod.DESCRIPTOR.get("amp_dtypes", [])]
+    if dtype is None:
+        if enabled and not amp:
+            raise ValueError(f"{mod.NAME} lists no AMP dtypes (device.yaml amp_dtypes)")
+        dtype = amp[0] if amp else _dtype("bfloat16")
+    elif enabled and dtype not in amp:
+        raise ValueError(f"{mod.NAME} does not support autocast to {dtype}; supported: "
+                         + (", ".join(str(d) for d in amp) or "none"))
+    stack = _stack()
+    if stack and not stack[-1]._scoped:  # replace the previous global switch
+        stack.pop()._exit()
+    region = AutoMixedPrecision(mod.NAME, dtype, bool(enabled))
+    region._enter()
+    stack.append(region)
+    return region
+
+
+def get_auto_mixed_precision(device: Any = None) -> dict[str, Any]:
+    """{'enabled': bool, 'dtype': torch.dtype} of autocast for the backend on this thread."""
+    import torch
+
+    mod = _backends.backend(device)
+    return {"enabled": torch.is_autocast_enabled(mod.NAME),
+            "dtype": torch.get_autocast_dtype(mod.NAME)}
+
+
+def grad_scaler(device: Any = None, **kwargs):
+    """torch.amp.GradScaler for the backend's device type (kwargs pass through:
+    init_scale, growth_factor, ...). Equivalent to torch.amp.GradScaler("acme")."""
+    import torch
+
+    mod = _backends.backend(device)
+    return torch.amp.GradScaler(mod.NAME, **kwargs)
+
+
+# --- comparing numbers across devices ---------------------------------------
+
+@dataclass
+class TensorDiff:
+    """How far tensor b is from reference a."""
+    shape: list[int]
+    dtype_a: str
+    dtype_b: str
+    max_abs: float        # max |a - b|
+    max_rel: float        # max |a - b| / |a| over elements with |a| > atol
+    mean_abs: float
+    cosine: float         # cosine similarity of the flattened tensors (1.0 = same direction)
+    ok: bool              # allclose(b, a, atol, rtol) and same shape; NaN/inf must match
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tensor_diff(a, b, atol: float = 1e-5, rtol: float = 1.3e-6) -> TensorDiff:
+    """Metrics of b against the reference a (any devices, any float dtypes;
+    computed in float64 on the CPU)."""
+    import torch
+
+    a64 = a.detach().to("cpu", torch.float64) if a.is_floating_point() or a.is_complex() \
+        else a.detach().to("cpu").double()
+    b64 = b.detach().to("cpu", torch.float64) if b.is_floating_point() or b.is_complex() \
+        else b.detach().to("cpu").double()
+    base = dict(shape=list(a.shape), dtype_a=str(a.dtype).replace("torch.", ""),
+                dtype_b=str(b.dtype).replace("torch.", ""))
+    if a64.shape != b64.shape:
+        return TensorDiff(**base, max_abs=math.inf, max_rel=math.inf, mean_abs=math.inf,
+                          cosine=math.nan, ok=False,
+                          note=f"shape differs: {list(a.shape)} vs {list(b.shape)}")
+    if a64.numel() == 0:
+        return TensorDiff(**base, max_abs=0.0, max_rel=0.0, mean_abs=0.0, cosine=1.0, ok=True)
+    # Non-finite values must agree position by position (and infs in sign);
+    # the metrics are computed over the positions finite in both.
+    fin_a, fin_b = torch.isfinite(a64), torch.isfinite(b64)
+    inf_a = torch.isinf(a64)
+    same_nonfinite = (torch.equal(torch.isnan(a64), torch.isnan(b64))
+                      and torch.equal(inf_a, torch.isinf(b64))
+                      and torch.equal(a64[inf_a], b64[inf_a]))
+    mask = fin_a & fin_b
+    av, bv = a64[mask], b64[mask]
+    diff = (av - bv).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    # Relative error only where the reference is not ~0 (|a| > atol): near zero
+    # it is meaningless (and infinite at 0); atol covers those elements.
+    big = av.abs() > atol
+    max_rel = float((diff[big] / av[big].abs()).max()) if big.any() else 0.0
+    na, nb = float(av.norm()), float(bv.norm())
+    if na == 0 and nb == 0:
+        cosine = 1.0
+    elif na == 0 or nb == 0:
+        cosine = 0.0
+    else:
+        cosine = max(-1.0, min(1.0, float((av * bv).sum() / (na * nb))))
+    ok = same_nonfinite and bool((diff <= atol + rtol * av.abs()).all())
+    note = "" if same_nonfinite else "NaN/inf positions differ"
+    return TensorDiff(**base, max_abs=max_abs, max_rel=max_rel,
+                      mean_abs=float(diff.mean()) if diff.numel() else 0.0,
+                      cosine=cosine, ok=ok, note=note)
+
+
+def _to(value, device):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def move(t):
+        if isinstance(t, torch.Tensor):
+            return t.detach().to(device).requires_grad_(t.requires_grad)
+        return t
+    return tree_map(move, value)
+
+
+def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b: Any = None,
+                      atol: float = 1e-5, rtol: float = 1.3e-6) -> list[TensorDiff]:
+    """Run fn(*inputs) on device_a and on device_b (inputs copied to each) and
+    compare every tensor output: one TensorDiff per output (flattened in pytree
+    order), with device_a as the reference. device_b defaults to the first
+    non-CPU device."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    dev_a = _backends.resolve_device(device_a)
+    dev_b = _backends.resolve_device(device_b if device_b is not None
+                                     else _backends.first_device())
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    out_a = [t for t in tree_leaves(fn(*_to(args, dev_a))) if isinstance(t, torch.Tensor)]
+    out_b = [t for t in tree_leaves(fn(*_to(args, dev_b))) if isinstance(t, torch.Tensor)]
+    if len(out_a) != len(out_b):
+        raise RuntimeError(f"fn returned {len(out_a)} tensors on {dev_a} but {len(out_b)} on {dev_b}")
+    return [tensor_diff(a, b, atol, rtol) for a, b in zip(out_a, out_b)]
