@@ -1,0 +1,48 @@
+# acme's vendor math library: OpenBLAS from the `scipy-openblas32` wheel
+# (symbols prefixed `scipy_`, 32-bit BLAS integers), used by the GEMM-based
+# kernels (kernels/gemm.h: linalg, conv). Included by CMakeLists.txt with
+# FLSDK_BACKEND_TARGET naming the extension target.
+#
+# The wheel is a run-time dependency of torch-fl-acme (pyproject.toml), so the
+# installed extension finds the library next to itself in site-packages:
+# site-packages/torch_fl_acme/_C*.so -> site-packages/scipy_openblas32/lib.
+
+if(NOT DEFINED FLSDK_BACKEND_TARGET)
+  message(FATAL_ERROR "vendor.cmake: FLSDK_BACKEND_TARGET is not set")
+endif()
+
+execute_process(
+  COMMAND "${Python_EXECUTABLE}" -c
+          "import scipy_openblas32 as s; print(s.get_include_dir()); print(s.get_lib_dir()); print(s.get_library())"
+  OUTPUT_VARIABLE _acme_openblas_info
+  ERROR_VARIABLE _acme_openblas_err
+  RESULT_VARIABLE _acme_openblas_rc
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _acme_openblas_rc EQUAL 0)
+  message(FATAL_ERROR
+    "acme needs OpenBLAS from the scipy-openblas32 wheel, but ${Python_EXECUTABLE} cannot "
+    "import scipy_openblas32:\n${_acme_openblas_err}\n"
+    "Install it into the build environment: `pip install scipy-openblas32`.")
+endif()
+string(REPLACE "\n" ";" _acme_openblas_info "${_acme_openblas_info}")
+list(GET _acme_openblas_info 0 ACME_OPENBLAS_INCLUDE_DIR)
+list(GET _acme_openblas_info 1 ACME_OPENBLAS_LIB_DIR)
+list(GET _acme_openblas_info 2 ACME_OPENBLAS_LIB_NAME)
+
+find_library(ACME_OPENBLAS_LIBRARY NAMES "${ACME_OPENBLAS_LIB_NAME}"
+             HINTS "${ACME_OPENBLAS_LIB_DIR}" NO_DEFAULT_PATH)
+if(NOT ACME_OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "vendor.cmake: lib${ACME_OPENBLAS_LIB_NAME} not found in "
+                      "${ACME_OPENBLAS_LIB_DIR}")
+endif()
+message(STATUS "acme: OpenBLAS ${ACME_OPENBLAS_LIBRARY} (headers ${ACME_OPENBLAS_INCLUDE_DIR})")
+
+target_include_directories(${FLSDK_BACKEND_TARGET} PRIVATE "${ACME_OPENBLAS_INCLUDE_DIR}")
+target_link_libraries(${FLSDK_BACKEND_TARGET} PRIVATE "${ACME_OPENBLAS_LIBRARY}")
+
+# Run-time search path: the wheel's lib dir relative to the installed
+# extension first, then the absolute build-time dir (an editable or in-tree
+# build, or a venv where the relative layout does not hold).
+set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY BUILD_RPATH "${ACME_OPENBLAS_LIB_DIR}")
+set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY INSTALL_RPATH
+             "$ORIGIN/../scipy_openblas32/lib" "${ACME_OPENBLAS_LIB_DIR}")
