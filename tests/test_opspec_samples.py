@@ -201,6 +201,7 @@ def test_sample_runs_and_compares_on_cpu(fam, entry, index, dtype):
                 assert set(kwargs) <= {a.name for a in schema.arguments}
                 return
             assert entry["skip_conformance"] == RANDOM_SKIP
+            torch.manual_seed(0)  # the CPU runs draw from the global generator
             res = conf.compare_statistics(op, sample, dtype, "cpu")
             assert res.compared >= 1
             return
@@ -320,6 +321,8 @@ def test_to_device_copies_recursively_and_keeps_strides():
     assert out["a"][0] is not t and out["a"][0].data_ptr() != t.data_ptr()
     assert out["a"][0].stride() == t.stride() and torch.equal(out["a"][0], t)
     assert isinstance(out["a"][1], tuple) and out["a"][1][1] == 1 and out["b"] is None
+    e = torch.ones(3, 1).expand(3, 4)  # stride 0: copied contiguously
+    assert torch.equal(to_device(e, "cpu"), e)
 
 
 # --- compare ----------------------------------------------------------------------

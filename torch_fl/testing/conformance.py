@@ -214,7 +214,13 @@ def to_device(value: Any, device: str | torch.device) -> Any:
     non-contiguous).
     """
     if isinstance(value, torch.Tensor):
-        out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=device)
+        if torch._debug_has_internal_overlap(value) != 0:
+            # expand()-ed or otherwise self-overlapping: cannot be written with
+            # its own strides, so the copy is contiguous.
+            out = torch.empty(value.size(), dtype=value.dtype, device=device)
+        else:
+            out = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
+                                      device=device)
         return out.copy_(value) if value.numel() else out
     if isinstance(value, list):
         return [to_device(v, device) for v in value]
