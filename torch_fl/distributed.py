@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-from importlib import metadata
 from typing import Any, Sequence
 
 import torch
@@ -59,7 +58,6 @@ __all__ = [
     "set_comm_backend",
 ]
 
-_ENTRY_POINT_GROUP = "torch_fl.backends"
 _GLOO_PREFIX = "torch_fl_staged_gloo/"
 
 _lock = threading.Lock()
@@ -70,29 +68,6 @@ _chosen: dict[str, str] = {}
 
 
 # --------------------------------------------------------------------------- lookup
-
-def _flsdk_backend(device_type: str):
-    """The `torch_fl.backends` entry point object whose NAME is `device_type`, loaded."""
-    found = []
-    for ep in metadata.entry_points(group=_ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken vendor package must not hide the others
-            found.append(f"{ep.name} (failed to import: {exc})")
-            continue
-        name = getattr(obj, "NAME", ep.name)
-        if name == device_type:
-            load = getattr(obj, "load", None)
-            if callable(load):
-                load()
-            return obj
-        found.append(name)
-    listed = ", ".join(found) if found else "none installed"
-    raise RuntimeError(
-        f"no flsdk backend provides device '{device_type}' (entry point group "
-        f"'{_ENTRY_POINT_GROUP}': {listed}). Install the vendor package, e.g. torch-fl-{device_type}."
-    )
-
 
 def comm_backend_for(device: str | torch.device) -> str:
     """Name of the communication backend used for `device` ("acme" -> "acmeccl").
@@ -105,7 +80,9 @@ def comm_backend_for(device: str | torch.device) -> str:
         return _chosen[device_type]
     if device_type == "cpu":
         return "gloo"
-    backend = _flsdk_backend(device_type)
+    from . import _backends  # finds and loads the device's flsdk backend
+
+    backend = _backends.backend(device_type)
     name = (getattr(backend, "DESCRIPTOR", None) or {}).get("comm_backend")
     if not name:
         raise RuntimeError(
