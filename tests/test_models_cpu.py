@@ -144,3 +144,37 @@ def test_train_step_classifier_uses_cross_entropy():
     # train-mode output (batch statistics), so the loss is reproduced.
     loss = train_step(m, (x, y), torch.optim.SGD(m.parameters(), lr=0.0))
     assert loss == pytest.approx(expected, rel=1e-6)
+
+
+# --- the op trace (torch_fl.models.trace) -------------------------------------
+
+def test_trace_maps_cpu_paths_to_privateuse1_entry_points():
+    from torch_fl.models.trace import record_ops
+
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    with record_ops() as r:
+        y = torch.nn.functional.dropout(conv(x).relu().clone(), 0.5, training=True)
+        y.sum().backward()
+    ops = set(r.backend_ops)
+    # CPU runs mkldnn convolutions and bernoulli_-based dropout; PrivateUse1 gets:
+    assert {"convolution_overrideable", "convolution_backward_overrideable",
+            "native_dropout", "native_dropout_backward", "relu", "threshold_backward"} <= ops
+    assert not any(op.startswith(("mkldnn", "_mkldnn")) for op in r.reached)
+    # composites and glue are not asked of the backend
+    assert "clone" in r.composite and "clone" not in ops
+    assert "convolution" not in ops
+    assert not (set(r.glue_ops) & ops)
+
+
+def test_trace_expands_foreach_composites():
+    from torch_fl.models.trace import record_ops
+
+    params = [torch.nn.Parameter(torch.randn(3)) for _ in range(2)]
+    for p in params:
+        p.grad = torch.randn(3)
+    opt = torch.optim.AdamW(params, foreach=True)
+    with record_ops() as r:
+        opt.step()
+    assert any(op.startswith("_foreach_") for op in r.composite)
+    assert {"lerp_.Scalar", "addcdiv_", "sqrt"} <= set(r.backend_ops)

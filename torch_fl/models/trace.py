@@ -85,7 +85,7 @@ def _is_view(func: torch._ops.OpOverload) -> bool:
 
 @dataclass
 class TraceResult:
-    # op name -> dtypes of its floating/integer tensor arguments and results
+    # op name -> dtypes of the tensors among its arguments
     reached: dict[str, set[torch.dtype]] = field(default_factory=dict)
     # composites that PrivateUse1 runs through their CompositeExplicitAutograd kernel
     composite: set[str] = field(default_factory=set)
@@ -132,10 +132,11 @@ class OpRecorder(TorchDispatchMode):
             for extra in PRIVATEUSE1_DROPOUT:
                 self.result.add(extra, dtypes)
         self.result.add(name, dtypes)
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(),
-                                                          "CompositeImplicitAutograd"):
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        if has(func.name(), "CompositeImplicitAutograd") and not has(func.name(), "CPU"):
             # A CompositeImplicitAutograd op called from inside a composite kernel
-            # (softmax.int from _safe_softmax): it decomposes on any backend.
+            # (softmax.int from _safe_softmax): it decomposes on any backend that
+            # has no kernel of its own (silu_backward has CPU's, so it is kept).
             self.result.composite.add(name)
             # (C++ kernel only: Python-registered decompositions, e.g. of
             # native_batch_norm, are not what a C++ backend sees.)
