@@ -1,0 +1,277 @@
+"""torch_fl on a real flsdk backend (acme in CI): discovery, ops, fallback, memory.
+
+Skipped, with the reason, when no backend is installed or loadable."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl import _backends
+from torch_fl.ops import privateuse1_route
+
+
+def _first_device():
+    dev = _backends.first_device()
+    if dev is None:
+        reasons = [f"{r['name']}: {r['error']}" for r in torch_fl.backend_reports()]
+        return None, "no flsdk backend installed" + (" (" + "; ".join(reasons) + ")"
+                                                     if reasons else "")
+    return dev, ""
+
+
+DEVICE, WHY = _first_device()
+pytestmark = pytest.mark.skipif(DEVICE is None, reason=WHY)
+NAME = DEVICE.split(":")[0] if DEVICE else None
+
+# Ops outside every op spec (so no backend built from the canonical specs has a
+# kernel), each with a call and the op name the fallback reports: the first one
+# that really has no kernel on this backend is used. Structured ops reach the
+# backend as their .out overload.
+_CANDIDATES = [
+    ("i0", lambda x: torch.i0(x), ("i0.out", "i0")),
+    ("special_i1", lambda x: torch.special.i1(x), ("special_i1.out", "special_i1")),
+    ("special_bessel_j0", lambda x: torch.special.bessel_j0(x),
+     ("special_bessel_j0.out", "special_bessel_j0")),
+    ("cumprod", lambda x: torch.cumprod(x, 0), ("cumprod.out", "cumprod")),
+]
+
+
+@pytest.fixture
+def no_native_op():
+    """(call, names in the log) of an op without a native kernel on this backend."""
+    for base, call, names in _CANDIDATES:
+        if all(privateuse1_route(n) != "native" for n in names):
+            return call, names
+    pytest.skip("every candidate op has a native kernel on this backend")
+
+
+@pytest.fixture(autouse=True)
+def _restore_fallback_state():
+    yield
+    if DEVICE:
+        torch_fl.set_fallback_mode(True)
+        torch_fl.set_fallback_deny_list([])
+        torch_fl.set_fallback_warn(False)
+
+
+# --- discovery ----------------------------------------------------------------
+
+def test_backend_reports_and_list_devices():
+    reports = {r["name"]: r for r in torch_fl.backend_reports()}
+    assert NAME in reports
+    r = reports[NAME]
+    assert r["loaded"] and r["error"] is None and r["package"] == f"torch_fl_{NAME}"
+    count = torch.accelerator.device_count()
+    assert r["device_count"] == count >= 1
+    devices = torch_fl.list_devices()
+    assert devices[0] == "cpu"
+    assert [d for d in devices if d.startswith(NAME + ":")] == [f"{NAME}:{i}" for i in range(count)]
+    if NAME == "acme":  # the reference backend has two devices (device.yaml)
+        assert devices == ["cpu", "acme:0", "acme:1"]
+
+
+def test_init_device_and_default_device():
+    count = torch.accelerator.device_count()
+    last = f"{NAME}:{count - 1}"
+    dev = torch_fl.init_device(last)
+    assert dev == torch.device(last)
+    assert torch.accelerator.current_device_index() == count - 1
+    assert torch_fl.init_device(f"{NAME}:0") == torch.device(NAME, 0)
+    assert torch.accelerator.current_device_index() == 0
+    with pytest.raises(ValueError, match=f"{NAME}:{count} does not exist"):
+        torch_fl.init_device(f"{NAME}:{count}")
+    with pytest.raises(ValueError, match="not an installed flsdk backend"):
+        torch_fl.init_device("nosuchchip:0")
+    try:
+        torch_fl.set_default_device(last)
+        assert torch.ones(2).device == torch.device(last)
+    finally:
+        torch_fl.set_default_device(None)
+        torch_fl.init_device(f"{NAME}:0")
+    assert torch.ones(2).device.type == "cpu"
+
+
+def test_device_info():
+    info = torch_fl.device_info(DEVICE)
+    mod = _backends.backend(DEVICE)
+    assert info["device"] == DEVICE and info["display_name"] == mod.DESCRIPTOR["display_name"]
+    assert info["memory_capacity"] > 0 and 0 < info["memory_free"] <= info["memory_capacity"]
+    assert "float32" in info["dtypes"] and info["amp_dtypes"] == mod.DESCRIPTOR["amp_dtypes"]
+    assert info["torch_version_built_for"] == mod.TORCH_VERSION
+    assert info["device_count"] == torch.accelerator.device_count()
+    if NAME == "acme":
+        assert info["comm_backend"] == "acmeccl"
+        assert info["quantization"]["dtypes"] == ["int8"]
+        assert info["memory_capacity"] == mod.DESCRIPTOR["memory_capacity"]
+
+
+# --- ops ----------------------------------------------------------------------
+
+def test_get_supported_ops_reads_the_dispatcher():
+    ops = torch_fl.get_supported_ops(DEVICE)
+    assert ops == sorted(ops) and not any(o.startswith("c10d::") for o in ops)
+    native = _backends.backend(DEVICE).native().native_ops()
+    # every kernel the backend says it compiled is registered ...
+    assert set(native) <= set(ops), set(native) - set(ops)
+    # ... plus the generated glue (allocation, copies, views)
+    assert {"empty.memory_format", "_copy_from", "as_strided"} <= set(ops)
+
+
+def test_check_ops_reports_native_and_fallback_ops(no_native_op):
+    call, names = no_native_op
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return call(self.lin(x).relu())
+
+    report = torch_fl.check_ops(M(), (torch.randn(3, 4),), DEVICE, backward=False)
+    by_op = {u.op: u for u in report.ops}
+    fallback_name = next(n for n in names if n in by_op)
+    assert by_op[fallback_name].status == "fallback"
+    assert fallback_name in report.fallback
+    assert by_op["addmm"].status == ("native" if privateuse1_route("addmm") == "native"
+                                     else "fallback")
+    assert by_op["addmm"].dtypes == ["float32"]
+    assert fallback_name in report.table() and report.ok
+    with torch_fl.fallback_mode(False):
+        off = torch_fl.check_ops(M(), (torch.randn(3, 4),), DEVICE)
+    assert fallback_name in off.errors and not off.ok
+    bwd = torch_fl.check_ops(M(), (torch.randn(3, 4),), DEVICE, backward=True)
+    assert "threshold_backward" in {u.op for u in bwd.ops}
+
+
+# --- fallback -----------------------------------------------------------------
+
+def test_fallback_off_raises_naming_op_device_dtype(no_native_op):
+    call, names = no_native_op
+    x = torch.rand(5, device=DEVICE)
+    assert torch_fl.get_fallback_mode() is True
+    previous = torch_fl.set_fallback_mode(False)
+    assert previous is True and torch_fl.get_fallback_mode() is False
+    with pytest.raises(NotImplementedError) as err:
+        call(x)
+    msg = str(err.value)
+    assert any(f"aten::{n} " in msg for n in names), msg
+    assert DEVICE in msg and "Float" in msg and "disabled" in msg
+    torch_fl.set_fallback_mode(True)
+    expected = call(x.cpu())
+    torch.testing.assert_close(call(x).cpu(), expected)
+
+
+def test_fallback_log_counts_and_report(no_native_op):
+    call, names = no_native_op
+    x = torch.rand(64, device=DEVICE)
+    torch_fl.clear_fallback_log()
+    assert torch_fl.get_fallback_log() == []
+    for _ in range(3):
+        call(x)
+    log = {e["op"]: e for e in torch_fl.get_fallback_log()}
+    name = next(n for n in names if n in log)
+    assert log[name]["count"] == 3
+    assert log[name]["time_s"] > 0
+    # 64 floats in and out per call (at least)
+    assert log[name]["bytes_copied"] >= 3 * 2 * 64 * 4
+    report = torch_fl.fallback_report()
+    assert name in report and "total" in report and "CPU fallback: on" in report
+    torch_fl.clear_fallback_log()
+    assert "no op ran on the CPU fallback" in torch_fl.fallback_report()
+
+
+def test_fallback_deny_list(no_native_op):
+    call, names = no_native_op
+    x = torch.rand(5, device=DEVICE)
+    torch_fl.set_fallback_deny_list(["aten::" + n for n in names])
+    assert torch_fl.get_fallback_deny_list() == sorted(names)
+    with pytest.raises(NotImplementedError, match="deny list"):
+        call(x)
+    torch_fl.set_fallback_deny_list([])
+    call(x)  # allowed again
+    with pytest.raises(TypeError):
+        torch_fl.set_fallback_deny_list("cumprod")
+
+
+def test_fallback_warn_once(no_native_op):
+    call, _ = no_native_op
+    x = torch.rand(5, device=DEVICE)
+    torch_fl.clear_fallback_log()  # re-arms the warn-once set
+    torch_fl.set_fallback_warn(True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call(x)
+        call(x)
+    msgs = [str(w.message) for w in caught if "CPU fallback" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    torch_fl.set_fallback_warn(False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch_fl.clear_fallback_log()
+        call(x)
+    assert not [w for w in caught if "CPU fallback" in str(w.message)]
+
+
+# --- memory -------------------------------------------------------------------
+
+def test_memory_config_round_trip_and_errors():
+    before = torch_fl.get_memory_config(DEVICE)
+    assert set(before) == {"round_size", "max_split_size_mb", "garbage_collection_threshold",
+                           "pool_limit_mb"}
+    try:
+        new = torch_fl.set_memory_config(DEVICE, {"round_size": 1024, "max_split_size_mb": 64,
+                                                  "garbage_collection_threshold": 0.5,
+                                                  "pool_limit_mb": 512})
+        assert new == {"round_size": 1024, "max_split_size_mb": 64.0,
+                       "garbage_collection_threshold": 0.5, "pool_limit_mb": 512.0}
+        assert torch_fl.get_memory_config(DEVICE) == new
+        with pytest.raises(ValueError, match="unknown memory config key 'bogus'"):
+            torch_fl.set_memory_config(DEVICE, {"round_size": 2048, "bogus": 1})
+        assert torch_fl.get_memory_config(DEVICE) == new  # nothing changed
+        # the backend validates too (same rules), should Python be bypassed
+        with pytest.raises(RuntimeError, match="unknown allocator config key"):
+            _backends.native(DEVICE).set_memory_config("bogus:1")
+        torch_fl.set_memory_config({"max_split_size_mb": None, "pool_limit_mb": None})
+        cfg = torch_fl.get_memory_config(DEVICE)
+        assert cfg["max_split_size_mb"] is None and cfg["pool_limit_mb"] is None
+    finally:
+        torch_fl.set_memory_config(DEVICE, {k: v for k, v in before.items()})
+    assert torch_fl.get_memory_config(DEVICE) == before
+
+
+def test_memory_stats_follow_allocation_and_empty_cache():
+    gc.collect()
+    torch_fl.empty_cache(DEVICE)
+    base_alloc = torch_fl.memory_allocated(DEVICE)
+    base_reserved = torch_fl.memory_reserved(DEVICE)
+    s0 = torch_fl.memory_stats(DEVICE)
+    nbytes = 4 * 1024 * 1024
+    t = torch.empty(nbytes // 4, dtype=torch.float32, device=DEVICE)
+    s1 = torch_fl.memory_stats(DEVICE)
+    assert s1["allocated_bytes.all.current"] >= base_alloc + nbytes
+    assert s1["reserved_bytes.all.current"] >= base_reserved + nbytes
+    assert s1["allocation.all.allocated"] == s0["allocation.all.allocated"] + 1
+    assert s1["allocated_bytes.all.peak"] >= s1["allocated_bytes.all.current"]
+    summary = torch_fl.memory_summary(DEVICE)
+    for word in ("allocated memory", "reserved memory", "active memory", "segments", "OOMs",
+                 "alloc retries", "peak"):
+        assert word in summary
+    del t
+    s2 = torch_fl.memory_stats(DEVICE)
+    assert s2["allocated_bytes.all.current"] == base_alloc
+    assert s2["reserved_bytes.all.current"] >= base_reserved + nbytes  # cached, not returned
+    torch_fl.empty_cache(DEVICE)
+    assert torch_fl.memory_reserved(DEVICE) == base_reserved
+    free, total = torch.accelerator.get_memory_info(torch.device(DEVICE).index)
+    assert free <= total
+
+
+def test_memory_functions_reject_cpu():
+    with pytest.raises(ValueError, match="not cpu"):
+        torch_fl.memory_stats("cpu")
