@@ -1,0 +1,623 @@
+// acme loss kernels: nll_loss / nll_loss2d (+ backward), the elementwise
+// losses (mse, smooth_l1, huber, binary_cross_entropy[_with_logits],
+// soft_margin) with their backwards, multi_margin_loss and
+// multilabel_margin_loss_forward.
+//
+// Reductions follow at::Reduction: 0 none, 1 mean, 2 sum. Values are staged as
+// dense compute-type arrays; sums accumulate in double.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "nn_buffers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+
+enum Red : int64_t { kNone = 0, kMean = 1, kSum = 2 };
+
+const at::Tensor& opt(const std::optional<at::Tensor>& t) {
+  static const at::Tensor undefined;
+  return (t.has_value() && t->defined()) ? *t : undefined;
+}
+
+void check_float(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
+  if (!t.defined()) return;
+  cm::check_same_device(op, ref, t, arg);
+  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
+    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
+  }
+}
+
+void check_reduction(const char* op, int64_t reduction) {
+  ACME_CHECK(reduction >= kNone && reduction <= kSum, op, "reduction must be 0 (none), 1 (mean) ",
+             "or 2 (sum), got ", reduction);
+}
+
+// Dense int64 view of an index tensor.
+struct Longs {
+  at::Tensor keep;
+  const int64_t* p = nullptr;
+};
+Longs load_long(const char* op, const at::Tensor& t, const char* arg) {
+  ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, arg, " must be int64");
+  Longs l;
+  l.keep = t.is_contiguous() ? t : t.contiguous();
+  l.p = l.keep.numel() ? l.keep.const_data_ptr<int64_t>() : nullptr;
+  return l;
+}
+
+std::vector<int64_t> bcast(at::IntArrayRef a, at::IntArrayRef b) {
+  const size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> s(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    TORCH_CHECK(x == y || x == 1 || y == 1, "shapes ", a, " and ", b, " do not broadcast");
+    s[i] = x == 1 ? y : x;
+  }
+  return s;
+}
+
+// ---- elementwise losses ---------------------------------------------------------
+// f(x, y, i) -> loss of element i; df(x, y, i) -> d loss / dx of element i.
+// Extra per-element factors (weights) are captured by the functors.
+
+template <class Acc, class F>
+at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Tensor& target,
+                            int64_t reduction, const std::vector<int64_t>& shape, F f) {
+  at::Tensor out = reduction == kNone ? at::empty(shape, self.options())
+                                      : at::empty({}, self.options());
+  auto x = nn::load<Acc>(op, self, shape);
+  auto y = nn::load<Acc>(op, target, shape);
+  const int64_t n = nn::shape_numel(shape);
+  if (reduction == kNone) {
+    if (n == 0) return out;
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t i = 0; i < n; ++i) ob.data()[i] = f(x.data()[i], y.data()[i], i);
+    ob.finish(op);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += f(x.data()[i], y.data()[i], i);
+    // mean of nothing is NaN, as in PyTorch
+    Acc v = static_cast<Acc>(reduction == kMean ? s / static_cast<double>(n) : s);
+    nn::store<Acc>(op, &v, out);
+  }
+  return out;
+}
+
+template <class Acc, class F>
+at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_output,
+                                     const at::Tensor& self, const at::Tensor& target,
+                                     int64_t reduction, F df) {
+  const auto shape = self.sizes().vec();
+  at::Tensor gi = at::empty(shape, self.options());
+  const int64_t n = self.numel();
+  if (n == 0) return gi;
+  auto x = nn::load<Acc>(op, self);
+  auto y = nn::load<Acc>(op, target, shape);
+  auto g = nn::load<Acc>(op, grad_output, shape);
+  const Acc norm = reduction == kMean ? Acc(1) / static_cast<Acc>(n) : Acc(1);
+  nn::OutBuf<Acc> ob(gi);
+  for (int64_t i = 0; i < n; ++i) ob.data()[i] = norm * g.data()[i] * df(x.data()[i], y.data()[i], i);
+  ob.finish(op);
+  return gi;
+}
+
+void check_pair(const char* op, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  check_float(op, self, self, "self");
+  check_float(op, self, target, "target");
+  check_reduction(op, reduction);
+}
+
+void check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                    const at::Tensor& target, int64_t reduction) {
+  check_pair(op, self, target, reduction);
+  check_float(op, self, grad_output, "grad_output");
+}
+
+template <class T>
+inline T sgn(T v) {
+  return static_cast<T>((v > T(0)) - (v < T(0)));
+}
+
+// ---- nll ------------------------------------------------------------------------
+// self viewed as (N, C, S) with target (N, S); 1-d self is N = 1 and an
+// output without the N dimension.
+struct NllShape {
+  int64_t N, C, S;
+};
+
+NllShape nll_shape(const char* op, const at::Tensor& self, const at::Tensor& target, bool two_d) {
+  if (two_d) {
+    ACME_CHECK_T(self.dim() == 4, op, self, "expected 4-d input (N, C, H, W), got ", self.sizes());
+    ACME_CHECK_T(target.dim() == 3 && target.size(0) == self.size(0) &&
+                     target.size(1) == self.size(2) && target.size(2) == self.size(3),
+                 op, target, "expected target of shape (N, H, W) = (", self.size(0), ", ",
+                 self.size(2), ", ", self.size(3), "), got ", target.sizes());
+    return {self.size(0), self.size(1), self.size(2) * self.size(3)};
+  }
+  ACME_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "expected 1-d or 2-d input, got ",
+               self.sizes());
+  if (self.dim() == 1) {
+    ACME_CHECK_T(target.dim() <= 1 && target.numel() == 1, op, target,
+                 "expected a 0-d or single-element target for 1-d input, got ", target.sizes());
+    return {1, self.size(0), 1};
+  }
+  ACME_CHECK_T(target.dim() == 1 && target.size(0) == self.size(0), op, target,
+               "expected target of shape (", self.size(0), "), got ", target.sizes());
+  return {self.size(0), self.size(1), 1};
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor& self,
+                                               const at::Tensor& target, const at::Tensor& weight,
+                                               int64_t reduction, int64_t ignore_index,
+                                               bool two_d) {
+  check_float(op, self, self, "self");
+  check_float(op, self, weight, "weight");
+  cm::check_same_device(op, self, target, "target");
+  check_reduction(op, reduction);
+  const NllShape sh = nll_shape(op, self, target, two_d);
+  if (weight.defined())
+    ACME_CHECK_T(weight.numel() == sh.C, op, weight, "weight must have ", sh.C,
+                 " elements (one per class), got ", weight.sizes());
+  at::Tensor out;
+  if (reduction == kNone) {
+    out = at::empty(two_d ? at::IntArrayRef(target.sizes())
+                          : (self.dim() == 1 ? at::IntArrayRef() : at::IntArrayRef(target.sizes())),
+                    self.options());
+  } else {
+    out = at::empty({}, self.options());
+  }
+  at::Tensor total_weight = at::empty({}, self.options());
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    auto t = load_long(op, target, "target");
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
+    std::vector<Acc> per(static_cast<size_t>(sh.N * sh.S), Acc(0));
+    double sum = 0, tw = 0;
+    for (int64_t n = 0; n < sh.N; ++n)
+      for (int64_t s = 0; s < sh.S; ++s) {
+        const int64_t cls = t.p[n * sh.S + s];
+        if (cls == ignore_index) continue;
+        ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+        const Acc wc = w.data() ? w.data()[cls] : Acc(1);
+        const Acc v = -x.data()[(n * sh.C + cls) * sh.S + s] * wc;
+        per[n * sh.S + s] = v;
+        sum += v;
+        tw += wc;
+      }
+    // PyTorch reports total_weight 0 for unreduced batched input only.
+    Acc twv = (reduction == kNone && (two_d || self.dim() == 2)) ? Acc(0) : static_cast<Acc>(tw);
+    nn::store<Acc>(op, &twv, total_weight);
+    if (reduction == kNone) {
+      nn::store<Acc>(op, per.data(), out);
+    } else {
+      Acc v = static_cast<Acc>(reduction == kMean ? sum / tw : sum);
+      nn::store<Acc>(op, &v, out);
+    }
+  });
+  return {out, total_weight};
+}
+
+at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                        const at::Tensor& target, const at::Tensor& weight, int64_t reduction,
+                        int64_t ignore_index, const at::Tensor& total_weight, bool two_d) {
+  check_float(op, self, self, "self");
+  check_float(op, self, grad_output, "grad_output");
+  check_float(op, self, weight, "weight");
+  check_float(op, self, total_weight, "total_weight");
+  cm::check_same_device(op, self, target, "target");
+  check_reduction(op, reduction);
+  const NllShape sh = nll_shape(op, self, target, two_d);
+  if (reduction == kNone) {
+    ACME_CHECK_T(grad_output.numel() == sh.N * sh.S, op, grad_output,
+                 "grad_output must have one element per target, got ", grad_output.sizes());
+  } else {
+    ACME_CHECK_T(grad_output.numel() == 1, op, grad_output,
+                 "grad_output must have a single element, got ", grad_output.sizes());
+  }
+  at::Tensor gi = at::empty(self.sizes(), self.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto t = load_long(op, target, "target");
+    auto g = nn::load<Acc>(op, grad_output);
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
+    Acc scale = Acc(1);
+    if (reduction == kMean) {
+      auto tw = nn::load<Acc>(op, total_weight);
+      scale = Acc(1) / tw.data()[0];
+    }
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t n = 0; n < sh.N; ++n)
+      for (int64_t s = 0; s < sh.S; ++s) {
+        const int64_t cls = t.p[n * sh.S + s];
+        if (cls == ignore_index) continue;
+        ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+        const Acc wc = w.data() ? w.data()[cls] : Acc(1);
+        const Acc gv = reduction == kNone ? g.data()[n * sh.S + s] : g.data()[0];
+        ob.data()[(n * sh.C + cls) * sh.S + s] = -wc * gv * scale;
+      }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor> k_nll_loss_forward(const at::Tensor& self,
+                                                        const at::Tensor& target,
+                                                        const ::std::optional<at::Tensor>& weight,
+                                                        int64_t reduction, int64_t ignore_index) {
+  return nll_forward("nll_loss_forward", self, target, opt(weight), reduction, ignore_index, false);
+}
+
+at::Tensor k_nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, const ::std::optional<at::Tensor>& weight,
+                               int64_t reduction, int64_t ignore_index,
+                               const at::Tensor& total_weight) {
+  return nll_backward("nll_loss_backward", grad_output, self, target, opt(weight), reduction,
+                      ignore_index, total_weight, false);
+}
+
+::std::tuple<at::Tensor, at::Tensor> k_nll_loss2d_forward(const at::Tensor& self,
+                                                          const at::Tensor& target,
+                                                          const ::std::optional<at::Tensor>& weight,
+                                                          int64_t reduction, int64_t ignore_index) {
+  return nll_forward("nll_loss2d_forward", self, target, opt(weight), reduction, ignore_index, true);
+}
+
+at::Tensor k_nll_loss2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Tensor& target,
+                                 const ::std::optional<at::Tensor>& weight, int64_t reduction,
+                                 int64_t ignore_index, const at::Tensor& total_weight) {
+  return nll_backward("nll_loss2d_backward", grad_output, self, target, opt(weight), reduction,
+                      ignore_index, total_weight, true);
+}
+
+// ---- mse --------------------------------------------------------------------------
+
+at::Tensor k_mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  const char* op = "mse_loss";
+  check_pair(op, self, target, reduction);
+  const auto shape = bcast(self.sizes(), target.sizes());
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [](Acc x, Acc y, int64_t) {
+      const Acc d = x - y;
+      return d * d;
+    });
+  });
+  return out;
+}
+
+at::Tensor k_mse_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, int64_t reduction) {
+  const char* op = "mse_loss_backward";
+  check_backward(op, grad_output, self, target, reduction);
+  at::Tensor gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
+                                        [](Acc x, Acc y, int64_t) { return Acc(2) * (x - y); });
+  });
+  return gi;
+}
+
+// ---- smooth_l1 / huber ---------------------------------------------------------------
+
+at::Tensor k_smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                            double beta) {
+  const char* op = "smooth_l1_loss";
+  check_pair(op, self, target, reduction);
+  ACME_CHECK(beta >= 0, op, "beta must be non-negative, got ", beta);
+  const auto shape = bcast(self.sizes(), target.sizes());
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const Acc b = static_cast<Acc>(beta);
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [b](Acc x, Acc y, int64_t) {
+      const Acc z = std::abs(x - y);
+      return z < b ? Acc(0.5) * z * z / b : z - Acc(0.5) * b;
+    });
+  });
+  return out;
+}
+
+at::Tensor k_smooth_l1_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                     const at::Tensor& target, int64_t reduction, double beta) {
+  const char* op = "smooth_l1_loss_backward";
+  check_backward(op, grad_output, self, target, reduction);
+  at::Tensor gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const Acc b = static_cast<Acc>(beta);
+    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
+                                        [b](Acc x, Acc y, int64_t) {
+                                          const Acc d = x - y;
+                                          return std::abs(d) < b ? d / b : sgn(d);
+                                        });
+  });
+  return gi;
+}
+
+at::Tensor k_huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                        double delta) {
+  const char* op = "huber_loss";
+  check_pair(op, self, target, reduction);
+  ACME_CHECK(delta > 0, op, "delta must be positive, got ", delta);
+  const auto shape = bcast(self.sizes(), target.sizes());
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const Acc dl = static_cast<Acc>(delta);
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [dl](Acc x, Acc y, int64_t) {
+      const Acc z = std::abs(x - y);
+      return z < dl ? Acc(0.5) * z * z : dl * (z - Acc(0.5) * dl);
+    });
+  });
+  return out;
+}
+
+at::Tensor k_huber_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Tensor& target, int64_t reduction, double delta) {
+  const char* op = "huber_loss_backward";
+  check_backward(op, grad_output, self, target, reduction);
+  at::Tensor gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const Acc dl = static_cast<Acc>(delta);
+    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
+                                        [dl](Acc x, Acc y, int64_t) {
+                                          const Acc d = x - y;
+                                          return d <= -dl ? -dl : (d >= dl ? dl : d);
+                                        });
+  });
+  return gi;
+}
+
+// ---- binary cross entropy ------------------------------------------------------------
+
+at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& target,
+                                  const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
+  const char* op = "binary_cross_entropy";
+  const at::Tensor& weight = opt(weight_);
+  check_pair(op, self, target, reduction);
+  check_float(op, self, weight, "weight");
+  ACME_CHECK_T(self.sizes().equals(target.sizes()), op, target, "target shape ", target.sizes(),
+               " differs from input shape ", self.sizes());
+  const auto shape = self.sizes().vec();
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+    const Acc* wp = w.data();
+    // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [wp, op](Acc x, Acc y, int64_t i) {
+      ACME_CHECK(x >= Acc(0) && x <= Acc(1), op, "all elements of input should be between 0 and 1");
+      const Acc lx = std::max(std::log(x), Acc(-100));
+      const Acc l1x = std::max(std::log1p(-x), Acc(-100));
+      const Acc l = (y - Acc(1)) * l1x - y * lx;
+      return wp ? l * wp[i] : l;
+    });
+  });
+  return out;
+}
+
+at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                           const at::Tensor& target,
+                                           const ::std::optional<at::Tensor>& weight_,
+                                           int64_t reduction) {
+  const char* op = "binary_cross_entropy_backward";
+  const at::Tensor& weight = opt(weight_);
+  check_backward(op, grad_output, self, target, reduction);
+  check_float(op, self, weight, "weight");
+  at::Tensor gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, self.sizes());
+    const Acc* wp = w.data();
+    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
+                                        [wp](Acc x, Acc y, int64_t i) {
+                                          constexpr Acc eps = Acc(1e-12);
+                                          const Acc d = (x - y) / std::max((Acc(1) - x) * x, eps);
+                                          return wp ? d * wp[i] : d;
+                                        });
+  });
+  return gi;
+}
+
+at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::Tensor& target,
+                                              const ::std::optional<at::Tensor>& weight_,
+                                              const ::std::optional<at::Tensor>& pos_weight_,
+                                              int64_t reduction) {
+  const char* op = "binary_cross_entropy_with_logits";
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& pos_weight = opt(pos_weight_);
+  check_pair(op, self, target, reduction);
+  check_float(op, self, weight, "weight");
+  check_float(op, self, pos_weight, "pos_weight");
+  auto shape = bcast(self.sizes(), target.sizes());
+  if (weight.defined()) shape = bcast(shape, weight.sizes());
+  if (pos_weight.defined()) shape = bcast(shape, pos_weight.sizes());
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    nn::Dense<Acc> w, pw;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+    if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
+    const Acc* wp = w.data();
+    const Acc* pwp = pw.data();
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
+                                [wp, pwp](Acc x, Acc y, int64_t i) {
+                                  // (1 - y) x + lw * log(1 + exp(-x)), computed stably as
+                                  // lw * (log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0)
+                                  const Acc m = std::max(-x, Acc(0));
+                                  const Acc lw = pwp ? (pwp[i] - Acc(1)) * y + Acc(1) : Acc(1);
+                                  Acc l = (Acc(1) - y) * x +
+                                          lw * (std::log(std::exp(-m) + std::exp(-x - m)) + m);
+                                  return wp ? l * wp[i] : l;
+                                });
+  });
+  return out;
+}
+
+// ---- soft margin ---------------------------------------------------------------------
+
+at::Tensor k_soft_margin_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  const char* op = "soft_margin_loss";
+  check_pair(op, self, target, reduction);
+  const auto shape = bcast(self.sizes(), target.sizes());
+  at::Tensor out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
+                                [](Acc x, Acc y, int64_t) { return std::log1p(std::exp(-y * x)); });
+  });
+  return out;
+}
+
+at::Tensor k_soft_margin_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                       const at::Tensor& target, int64_t reduction) {
+  const char* op = "soft_margin_loss_backward";
+  check_backward(op, grad_output, self, target, reduction);
+  at::Tensor gi;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
+                                        [](Acc x, Acc y, int64_t) {
+                                          const Acc z = std::exp(-y * x);
+                                          return -y * z / (Acc(1) + z);
+                                        });
+  });
+  return gi;
+}
+
+// ---- margin losses over classes ---------------------------------------------------------
+
+at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
+                               const at::Scalar& p, const at::Scalar& margin,
+                               const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
+  const char* op = "multi_margin_loss";
+  const at::Tensor& weight = opt(weight_);
+  check_float(op, self, self, "self");
+  check_float(op, self, weight, "weight");
+  cm::check_same_device(op, self, target, "target");
+  check_reduction(op, reduction);
+  const int64_t pv = p.to<int64_t>();
+  ACME_CHECK(pv == 1 || pv == 2, op, "only p == 1 and p == 2 supported, got ", pv);
+  ACME_CHECK_T(self.dim() <= 2 && self.numel() > 0, op, self,
+               "expected non-empty 1-d or 2-d input, got ", self.sizes());
+  const int64_t N = self.dim() == 2 ? self.size(0) : 1;
+  const int64_t C = self.dim() == 0 ? 1 : self.size(-1);
+  ACME_CHECK_T(target.numel() == N, op, target, "expected ", N, " targets, got ", target.sizes());
+  if (weight.defined())
+    ACME_CHECK_T(weight.numel() == C, op, weight, "weight must have ", C, " elements");
+  at::Tensor out = reduction == kNone && self.dim() == 2 ? at::empty({N}, self.options())
+                                                         : at::empty({}, self.options());
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    auto t = load_long(op, target, "target");
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, {C});
+    const Acc mg = margin.to<Acc>();
+    std::vector<Acc> per(static_cast<size_t>(N));
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t y = t.p[n];
+      ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
+      const Acc* row = x.data() + n * C;
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        if (c == y) continue;
+        Acc z = mg - row[y] + row[c];
+        if (z <= Acc(0)) continue;
+        if (pv == 2) z = z * z;
+        if (w.data()) z *= w.data()[y];
+        s += z;
+      }
+      per[n] = static_cast<Acc>(s / C);
+      total += per[n];
+    }
+    if (reduction == kNone && self.dim() == 2) {
+      nn::store<Acc>(op, per.data(), out);
+    } else {
+      Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
+      nn::store<Acc>(op, &v, out);
+    }
+  });
+  return out;
+}
+
+::std::tuple<at::Tensor, at::Tensor> k_multilabel_margin_loss_forward(const at::Tensor& self,
+                                                                      const at::Tensor& target,
+                                                                      int64_t reduction) {
+  const char* op = "multilabel_margin_loss_forward";
+  check_float(op, self, self, "self");
+  cm::check_same_device(op, self, target, "target");
+  check_reduction(op, reduction);
+  ACME_CHECK_T(self.dim() <= 2, op, self, "expected 0-d, 1-d or 2-d input, got ", self.sizes());
+  ACME_CHECK_T(target.sizes().equals(self.sizes()), op, target, "target shape ", target.sizes(),
+               " differs from input shape ", self.sizes());
+  const int64_t N = self.dim() == 2 ? self.size(0) : 1;
+  const int64_t C = self.dim() == 0 ? 1 : self.size(-1);
+  at::Tensor out = reduction == kNone && self.dim() == 2 ? at::empty({N}, self.options())
+                                                         : at::empty({}, self.options());
+  at::Tensor is_target = at::empty(self.sizes(), self.options());
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    auto t = load_long(op, target, "target");
+    std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));
+    std::vector<Acc> per(static_cast<size_t>(N));
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t* tr = t.p + n * C;
+      Acc* is = ist.data() + n * C;
+      // targets are the labels before the first -1
+      int64_t nt = 0;
+      for (; nt < C && tr[nt] >= 0; ++nt) {
+        ACME_CHECK_INDEX(tr[nt] < C, op, "target ", tr[nt], " out of range [0, ", C, ")");
+        is[tr[nt]] = Acc(1);
+      }
+      const Acc* row = x.data() + n * C;
+      double s = 0;
+      for (int64_t j = 0; j < nt; ++j) {
+        const Acc xj = row[tr[j]];
+        for (int64_t k = 0; k < C; ++k) {
+          if (is[k] != Acc(0)) continue;
+          const Acc z = Acc(1) - xj + row[k];
+          if (z > Acc(0)) s += z;
+        }
+      }
+      per[n] = static_cast<Acc>(s / C);
+      total += per[n];
+    }
+    if (reduction == kNone && self.dim() == 2) {
+      nn::store<Acc>(op, per.data(), out);
+    } else {
+      Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
+      nn::store<Acc>(op, &v, out);
+    }
+    nn::store<Acc>(op, ist.data(), is_target);
+  });
+  return {out, is_target};
+}
+
+}  // namespace acme::kernels
