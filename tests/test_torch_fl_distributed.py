@@ -105,6 +105,47 @@ def _collectives(device: torch.device, rank: int, world: int) -> None:
     _check(objs == [{"rank": r} for r in range(world)], f"all_gather_object: {objs}")
 
 
+def _more_collectives(device: torch.device, rank: int, world: int) -> None:
+    """The rest of the c10d surface the docs claim: reduce, gather, scatter,
+    all_to_all, send/recv, subgroups."""
+    f = dict(device=device, dtype=torch.float32)
+
+    t = torch.tensor([1.0, 2.0], **f) * (rank + 1)
+    dist.reduce(t, dst=0)
+    if rank == 0:
+        _close(t, [3.0, 6.0], "reduce to rank 0")
+
+    gathered = [torch.empty(2, **f) for _ in range(world)] if rank == 1 else None
+    dist.gather(torch.full((2,), float(rank), **f), gathered, dst=1)
+    if rank == 1:
+        _close(torch.stack(gathered), [[0.0, 0.0], [1.0, 1.0]], "gather to rank 1")
+
+    out = torch.empty(3, **f)
+    pieces = [torch.full((3,), float(10 + r), **f) for r in range(world)] if rank == 0 else None
+    dist.scatter(out, pieces, src=0)
+    _close(out, [10.0 + rank] * 3, "scatter from rank 0")
+
+    out = torch.empty(world, **f)
+    dist.all_to_all_single(out, torch.tensor([10.0 * rank, 10.0 * rank + 1], **f))
+    _close(out, [float(rank), 10.0 + rank], "all_to_all_single")
+
+    outs = [torch.empty(1, **f) for _ in range(world)]
+    dist.all_to_all(outs, [torch.tensor([100.0 * rank + j], **f) for j in range(world)])
+    _close(torch.cat(outs), [float(rank), 100.0 + rank], "all_to_all")
+
+    if rank == 0:
+        dist.send(torch.tensor([42.0, 43.0], **f), dst=1)
+    else:
+        got = torch.zeros(2, **f)
+        dist.recv(got, src=0)
+        _close(got, [42.0, 43.0], "send/recv")
+
+    sub = dist.new_group([0, 1])
+    t = torch.tensor([float(rank)], **f)
+    dist.all_reduce(t, group=sub)
+    _close(t, [1.0], "all_reduce on a subgroup")
+
+
 def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
 
@@ -166,6 +207,7 @@ def _worker(scenario: str, rank: int, world: int, rendezvous: str) -> None:
         _check(dist.get_backend() == "acmeccl", f"dist.get_backend() = {dist.get_backend()}")
     if scenario.endswith("collectives"):
         _collectives(device, rank, world)
+        _more_collectives(device, rank, world)
         # CPU tensors go through the same group (object collectives, gloo-style use).
         if device.type != "cpu":
             _collectives(torch.device("cpu"), rank, world)
