@@ -101,7 +101,8 @@ def test_variants_are_derived_from_the_functional_kernel(backend):
     for op in ("add.Tensor", "add_.Tensor", "add.out"):
         assert f'm.impl("{op}"' in registration
     assert "self.copy_(result);" in registration
-    assert "resize_out(out, result);" in registration
+    assert 'resize_out(out, result, "add.out");' in registration
+    assert 'check_inplace(self, result, "add_.Tensor");' in registration
 
 
 def test_hand_edited_generated_file_is_kept_unless_forced(backend):

@@ -93,7 +93,12 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         return None  # only single-tensor results can be copied into self/out
     if kind == "inplace":
         target = f_variant.func.arguments.self_arg.argument.name
-        body = [f"auto result = kernels::{kernel}({args});", f"{target}.copy_(result);", f"return {target};"]
+        body = [
+            f"auto result = kernels::{kernel}({args});",
+            f'check_inplace({target}, result, "{f_variant.func.name}");',
+            f"{target}.copy_(result);",
+            f"return {target};",
+        ]
     else:
         outs = f_variant.func.arguments.out
         if len(outs) != 1:
@@ -101,7 +106,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         target = outs[0].name
         body = [
             f"auto result = kernels::{kernel}({args});",
-            f"resize_out({target}, result);",
+            f'resize_out({target}, result, "{f_variant.func.name}");',
             f"{target}.copy_(result);",
             f"return {target};",
         ]
