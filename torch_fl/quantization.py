@@ -211,33 +211,46 @@ class QuantReport:
 
 # ------------------------------------------------------------------ fake quant
 
+def _qparams(scale: torch.Tensor | float, zero_point: torch.Tensor | int, ndim: int,
+             axis: int | None, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(scale, 1/scale, zero point) as float32 tensors on `device`, shaped to
+    broadcast along `axis`. 1/scale is computed in float32 on the host, as torch's
+    fake-quant kernels do, so results match them bit for bit."""
+    scale_t = torch.as_tensor(scale, dtype=torch.float32).detach().cpu()
+    zp_t = torch.as_tensor(zero_point, dtype=torch.float32).detach().cpu()
+    if axis is not None and scale_t.dim() == 1:
+        shape = [1] * ndim
+        shape[axis] = -1
+        scale_t, zp_t = scale_t.reshape(shape), zp_t.reshape(shape)
+    inv_t = 1.0 / scale_t
+    return scale_t.to(device), inv_t.to(device), zp_t.to(device)
+
+
+def _fake_quant(x: torch.Tensor, scale: torch.Tensor, inv_scale: torch.Tensor,
+                zero_point: torch.Tensor, quant_min: int, quant_max: int) -> torch.Tensor:
+    q = torch.clamp(torch.round(x * inv_scale) + zero_point, quant_min, quant_max)
+    return ((q - zero_point) * scale).to(x.dtype)
+
+
 def fake_quantize(x: torch.Tensor, scale: torch.Tensor | float, zero_point: torch.Tensor | int,
                   quant_min: int, quant_max: int, axis: int | None = None) -> torch.Tensor:
     """Quantize to [quant_min, quant_max] and dequantize, with elementary ops.
 
     Same numerics as torch.fake_quantize_per_{tensor,channel}_affine (multiply by
-    the inverse scale, round half to even, clamp), but made of mul/round/clamp/sub
-    so every backend can run it with its own kernels.
+    the inverse scale, round half to even, clamp), but made of mul/round/add/clamp/sub
+    so every backend runs it with its own kernels. `axis` names the channel axis
+    of a per-channel `scale`/`zero_point`.
     """
-    scale_t = torch.as_tensor(scale, dtype=torch.float32)
-    zp_t = torch.as_tensor(zero_point, dtype=torch.float32)
-    if axis is not None and scale_t.dim() == 1:
-        shape = [1] * x.dim()
-        shape[axis] = -1
-        scale_t = scale_t.reshape(shape)
-        zp_t = zp_t.reshape(shape)
-    inv_scale = (1.0 / scale_t).to(x.device)
-    scale_t = scale_t.to(x.device)
-    zp_t = zp_t.to(x.device)
-    q = torch.clamp(torch.round(x * inv_scale) + zp_t, quant_min, quant_max)
-    return ((q - zp_t) * scale_t).to(x.dtype)
+    s, inv, zp = _qparams(scale, zero_point, x.dim(), axis, x.device)
+    return _fake_quant(x, s, inv, zp, quant_min, quant_max)
 
 
 class FakeQuantized(nn.Module):
     """A Linear/Conv layer whose input and weight are fake-quantized.
 
     The weight is fake-quantized once at construction (it is constant during
-    evaluation); the input is fake-quantized on every call.
+    evaluation); the input is fake-quantized on every call, with its parameters
+    kept as buffers on the layer's device (no host->device copy per call).
     """
 
     def __init__(self, layer: nn.Module, q: LayerQuant):
@@ -246,14 +259,18 @@ class FakeQuantized(nn.Module):
         self.qname = q.name
         self.quant_min, self.quant_max = q.quant_min, q.quant_max
         self.input_scale, self.input_zero_point = q.input_scale, q.input_zero_point
+        w = self.layer.weight
         with torch.no_grad():
-            w = self.layer.weight
             w.copy_(fake_quantize(w, q.weight_scale, q.weight_zero_point,
                                   q.quant_min, q.quant_max, q.weight_axis))
+        s, inv, zp = _qparams(q.input_scale, q.input_zero_point, 0, None, w.device)
+        self.register_buffer("in_scale", s)
+        self.register_buffer("in_inv_scale", inv)
+        self.register_buffer("in_zero_point", zp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fake_quantize(x, self.input_scale, self.input_zero_point,
-                          self.quant_min, self.quant_max)
+        x = _fake_quant(x, self.in_scale, self.in_inv_scale, self.in_zero_point,
+                        self.quant_min, self.quant_max)
         return self.layer(x)
 
     def extra_repr(self) -> str:
