@@ -1,0 +1,172 @@
+// acme creation kernels: arange, linspace, eye (out= forms, resizing `out`),
+// tril/triu_indices, fill.
+#include "common/common.h"
+
+#if __has_include("../generated/kernels.h")
+#include "../generated/kernels.h"
+#endif
+
+#include <ATen/ops/empty.h>
+
+#include <cmath>
+
+namespace acme::kernels {
+using namespace acme::common;
+
+namespace {
+// Writes f(i) to every element of 1-d `out` (any stride), in out's dtype.
+template <class F>
+void fill_1d(const char* op, at::Tensor& out, F f) {
+  const int64_t n = out.numel();
+  const int64_t st = n ? out.stride(0) : 1;
+  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    T* o = static_cast<T*>(out.data_ptr());
+    for (int64_t i = 0; i < n; ++i) o[i * st] = f(tag, i);
+  });
+}
+
+void resize_out(at::Tensor& out, at::IntArrayRef shape) {
+  if (out.sizes() != shape) out.resize_(shape);
+}
+}  // namespace
+
+at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                               at::Tensor& out) {
+  const char* op = "arange.start_out";
+  const double s = start.to<double>(), e = end.to<double>(), d = step.to<double>();
+  ACME_CHECK(d != 0, op, "step must be nonzero");
+  ACME_CHECK(std::isfinite(s) && std::isfinite(e), op, "unsupported range: ", s, " -> ", e);
+  ACME_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), op,
+             "upper bound and larger bound inconsistent with step sign");
+  int64_t n;
+  const bool integral = c10::isIntegralType(out.scalar_type(), true) && start.isIntegral(false) &&
+                        end.isIntegral(false) && step.isIntegral(false);
+  if (integral) {
+    // exact integer size: ceil((end - start) / step)
+    const int64_t si = start.toLong(), ei = end.toLong(), di = step.toLong();
+    n = (ei - si + di + (di > 0 ? -1 : 1)) / di;
+  } else {
+    n = static_cast<int64_t>(std::ceil((e - s) / d));
+  }
+  ACME_CHECK(n >= 0, op, "invalid size ", n);
+  resize_out(out, {n});
+  fill_1d(op, out, [&](auto tag, int64_t i) {
+    using T = ACME_T(tag);
+    if constexpr (is_floating_v<T>) return cvt<T>(s + d * static_cast<double>(i));
+    else return cvt<T>(start.toLong() + step.toLong() * i);
+  });
+  return out;
+}
+
+at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
+  const char* op = "linspace.out";
+  ACME_CHECK(steps >= 0, op, "number of steps must be non-negative");
+  resize_out(out, {steps});
+  const double s = start.to<double>(), e = end.to<double>();
+  const double step = steps > 1 ? (e - s) / static_cast<double>(steps - 1) : 0.0;
+  const int64_t half = steps / 2;
+  fill_1d(op, out, [&](auto tag, int64_t i) {
+    using T = ACME_T(tag);
+    // symmetric formula (from both ends) so the last value is exactly `end`
+    const double v = i < half ? s + step * static_cast<double>(i)
+                              : e - step * static_cast<double>(steps - 1 - i);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return static_cast<T>(static_cast<int64_t>(v));
+    else return cvt<T>(v);
+  });
+  return out;
+}
+
+at::Tensor& k_eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
+  const char* op = "eye.m_out";
+  ACME_CHECK(n >= 0, op, "n must be greater or equal to 0, got ", n);
+  ACME_CHECK(m >= 0, op, "m must be greater or equal to 0, got ", m);
+  resize_out(out, {n, m});
+  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    T* o = static_cast<T*>(out.data_ptr());
+    const int64_t s0 = out.stride(0), s1 = out.stride(1);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) o[i * s0 + j * s1] = cvt<T>(i == j ? 1 : 0);
+  });
+  return out;
+}
+
+namespace {
+at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset, bool lower,
+                       std::optional<at::ScalarType> dtype, std::optional<at::Device> device) {
+  ACME_CHECK(row >= 0, op, "row must be non-negative, got", row);
+  ACME_CHECK(col >= 0, op, "col must be non-negative, got", col);
+  ACME_CHECK(device.has_value(), op, "a device is required");
+  // count first, then write row-major coordinates
+  auto lo_hi = [&](int64_t i, int64_t& lo, int64_t& hi) {
+    if (lower) { lo = 0; hi = std::clamp<int64_t>(i + offset + 1, 0, col); }
+    else { lo = std::clamp<int64_t>(i + offset, 0, col); hi = col; }
+  };
+  int64_t n = 0;
+  for (int64_t i = 0; i < row; ++i) {
+    int64_t lo, hi;
+    lo_hi(i, lo, hi);
+    n += std::max<int64_t>(0, hi - lo);
+  }
+  at::Tensor out = at::empty({2, n}, at::TensorOptions().dtype(dtype.value_or(at::kLong)).device(*device));
+  dispatch<kI64 | kI32>(op, out.device(), out.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    T* r = static_cast<T*>(out.data_ptr());
+    T* c = r + n;
+    int64_t k = 0;
+    for (int64_t i = 0; i < row; ++i) {
+      int64_t lo, hi;
+      lo_hi(i, lo, hi);
+      for (int64_t j = lo; j < hi; ++j, ++k) {
+        r[k] = static_cast<T>(i);
+        c[k] = static_cast<T>(j);
+      }
+    }
+  });
+  return out;
+}
+}  // namespace
+
+at::Tensor k_tril_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                          std::optional<at::Layout> layout, std::optional<at::Device> device,
+                          std::optional<bool> pin_memory) {
+  (void)layout;
+  (void)pin_memory;
+  return tri_indices("tril_indices", row, col, offset, true, dtype, device);
+}
+
+at::Tensor k_triu_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                          std::optional<at::Layout> layout, std::optional<at::Device> device,
+                          std::optional<bool> pin_memory) {
+  (void)layout;
+  (void)pin_memory;
+  return tri_indices("triu_indices", row, col, offset, false, dtype, device);
+}
+
+at::Tensor k_fill_Tensor(const at::Tensor& self, const at::Tensor& value) {
+  const char* op = "fill.Tensor";
+  ACME_CHECK_T(value.dim() == 0, op, value,
+               "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+               " dimensions.");
+  const at::Scalar v = tensor_to_scalar(op, value);
+  at::Tensor out = alloc_output(op, {&self}, self.sizes(), self.scalar_type());
+  StridedIter it(out.sizes());
+  it.add(out);
+  it.build();
+  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    const T x = v.to<T>();
+    it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(T)) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = x;
+      } else {
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = x;
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace acme::kernels

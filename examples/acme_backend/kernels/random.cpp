@@ -1,0 +1,352 @@
+// acme random kernels. Random bits come from the device's generator: acme's
+// generator is a CPUGeneratorImpl (Mersenne Twister) bound to the acme
+// device, so a seed reproduces the same stream on every run. The transforms
+// from bits to distributions are acme's own.
+#include "common/common.h"
+
+#if __has_include("../generated/kernels.h")
+#include "../generated/kernels.h"
+#endif
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace acme::kernels {
+using namespace acme::common;
+
+namespace {
+
+// The generator to draw from: the caller's, or the default one of the
+// tensor's device. Not at::get_generator_or_default: that insists on a CPU
+// device type, while acme's generator reports the acme device.
+at::CPUGeneratorImpl* generator_for(const char* op, const std::optional<at::Generator>& gen,
+                                    const at::Tensor& t) {
+  at::Generator g = (gen.has_value() && gen->defined()) ? *gen
+                                                        : at::globalContext().defaultGenerator(t.device());
+  ACME_CHECK(g.defined(), op, "no generator for device ", t.device());
+  ACME_CHECK(g.device().type() == t.device().type(), op, "expected a generator of device type ",
+             t.device().type(), " but got one of ", g.device().type());
+  return static_cast<at::CPUGeneratorImpl*>(g.unsafeGetGeneratorImpl());
+}
+
+// Uniform in [0, 1): 53 random bits for double, 24 for everything else.
+inline double uniform_double(at::CPUGeneratorImpl* g) {
+  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
+}
+inline float uniform_float(at::CPUGeneratorImpl* g) {
+  return static_cast<float>(g->random() >> 8) * 0x1.0p-24f;
+}
+
+// Writes f() to every element of `self` in iteration order (any layout).
+template <class T, class F>
+void generate(at::Tensor& self, F f) {
+  StridedIter it(self.sizes());
+  it.add(self);
+  it.build();
+  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = f();
+  });
+}
+
+}  // namespace
+
+at::Tensor& k_uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> generator) {
+  const char* op = "uniform_";
+  ACME_CHECK_T(from <= to, op, self, "uniform_ expects to return a [from, to) range, but found from=",
+               from, " > to=", to);
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    const double range = to - from;
+    generate<T>(self, [&] {
+      if constexpr (std::is_same_v<T, double>) return from + range * uniform_double(g);
+      else {
+        // round once to T; never return `to` itself after rounding
+        T v = cvt<T>(static_cast<float>(from + range * static_cast<double>(uniform_float(g))));
+        if (static_cast<double>(static_cast<float>(v)) >= to && to > from) v = cvt<T>(static_cast<float>(from));
+        return v;
+      }
+    });
+  });
+  return self;
+}
+
+at::Tensor& k_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> generator) {
+  const char* op = "normal_";
+  ACME_CHECK_T(std >= 0.0, op, self, "normal expects std >= 0.0, but found std ", std);
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    // Box-Muller: one pair of uniforms gives two normals
+    bool have_spare = false;
+    double spare = 0.0;
+    generate<T>(self, [&] {
+      double z;
+      if (have_spare) {
+        z = spare;
+        have_spare = false;
+      } else {
+        const double u1 = 1.0 - uniform_double(g);  // (0, 1]: log is finite
+        const double u2 = uniform_double(g);
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        z = r * std::cos(2.0 * M_PI * u2);
+        spare = r * std::sin(2.0 * M_PI * u2);
+        have_spare = true;
+      }
+      return cvt<T>(mean + std * z);
+    });
+  });
+  return self;
+}
+
+at::Tensor& k_exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
+  const char* op = "exponential_";
+  ACME_CHECK_T(lambd > 0.0, op, self, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    generate<T>(self, [&] {
+      const double u = uniform_double(g);
+      double v = -std::log1p(-u) / lambd;
+      // keep strictly positive after rounding to T, as torch's exponential_
+      T t = cvt<T>(v);
+      if (!(static_cast<double>(static_cast<opmath_t<T>>(t)) > 0.0))
+        t = cvt<T>(static_cast<double>(std::numeric_limits<opmath_t<T>>::min()));
+      return t;
+    });
+  });
+  return self;
+}
+
+namespace {
+// Largest value random_ draws when `to` is not given: the dtype's max for
+// integers, 2^mantissa_digits for floats (every integer below is exact).
+int64_t random_upper(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return int64_t(1) << 24;
+    case at::kDouble: return int64_t(1) << 53;
+    case at::kHalf: return int64_t(1) << 11;
+    case at::kBFloat16: return int64_t(1) << 8;
+    case at::kLong: return std::numeric_limits<int64_t>::max();
+    case at::kInt: return std::numeric_limits<int32_t>::max();
+    case at::kShort: return std::numeric_limits<int16_t>::max();
+    case at::kChar: return std::numeric_limits<int8_t>::max();
+    case at::kByte: return std::numeric_limits<uint8_t>::max();
+    case at::kBool: return 1;
+    default: return 0;
+  }
+}
+
+at::Tensor& random_range(const char* op, at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                         std::optional<at::Generator> generator) {
+  // [from, to) or [from, upper] when to is None
+  const uint64_t range = to.has_value() ? static_cast<uint64_t>(*to - from)
+                                        : static_cast<uint64_t>(random_upper(self.scalar_type()) - from) + 1;
+  ACME_CHECK_T(!to.has_value() || from < *to, op, self,
+               "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    generate<T>(self, [&] {
+      const uint64_t r = range <= (uint64_t(1) << 32) ? static_cast<uint64_t>(g->random()) : g->random64();
+      const int64_t v = from + static_cast<int64_t>(range == 0 ? r : r % range);
+      return cvt<T>(v);
+    });
+  });
+  return self;
+}
+}  // namespace
+
+at::Tensor& k_random__from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                           std::optional<at::Generator> generator) {
+  return random_range("random_.from", self, from, to, generator);
+}
+
+at::Tensor& k_random__to(at::Tensor& self, int64_t to, std::optional<at::Generator> generator) {
+  return random_range("random_.to", self, 0, to, generator);
+}
+
+at::Tensor k_bernoulli_p(const at::Tensor& self, double p, std::optional<at::Generator> generator) {
+  const char* op = "bernoulli.p";
+  ACME_CHECK_T(p >= 0.0 && p <= 1.0, op, self, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    generate<T>(out, [&] { return cvt<T>(uniform_double(g) < p ? 1 : 0); });
+  });
+  return out;
+}
+
+at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> generator) {
+  const char* op = "bernoulli_.Tensor";
+  // probabilities broadcast to self, read as double
+  at::Tensor pp = at::empty(self.sizes(), self.options().dtype(at::kDouble));
+  {
+    auto bs = broadcast_shape(op, {&self, &p});
+    ACME_CHECK(bs == self.sizes(), op, "p of shape ", p.sizes(), " cannot be broadcast to self of shape ",
+               self.sizes());
+  }
+  convert_into(op, pp, p);
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  StridedIter it(self.sizes());
+  it.add(self);
+  it.add(pp);
+  it.build();
+  dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    bool bad = false;
+    it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const double pr = *reinterpret_cast<const double*>(ptr[1] + i * s[1]);
+        if (!(pr >= 0.0 && pr <= 1.0)) bad = true;
+        *reinterpret_cast<T*>(ptr[0] + i * s[0]) = cvt<T>(uniform_double(g) < pr ? 1 : 0);
+      }
+    });
+    ACME_CHECK(!bad, op, "bernoulli_ expects all elements of p to be in [0, 1]");
+  });
+  return self;
+}
+
+at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool replacement,
+                         std::optional<at::Generator> generator) {
+  const char* op = "multinomial";
+  ACME_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "prob_dist must be 1 or 2 dim");
+  ACME_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
+               "multinomial only supports floating-point dtypes for input");
+  ACME_CHECK(num_samples > 0, op, "cannot sample n_sample <= 0 samples");
+  const int64_t rows = self.dim() == 1 ? 1 : self.size(0);
+  const int64_t k = self.size(-1);
+  ACME_CHECK(replacement || num_samples <= k, op,
+             "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  at::Tensor probs = at::empty(self.sizes(), self.options().dtype(at::kDouble));
+  convert_into(op, probs, self);
+  const double* pp = static_cast<const double*>(probs.data_ptr());
+  std::vector<int64_t> shape = self.dim() == 1 ? std::vector<int64_t>{num_samples}
+                                               : std::vector<int64_t>{rows, num_samples};
+  at::Tensor out = at::empty(shape, self.options().dtype(at::kLong));
+  int64_t* o = static_cast<int64_t*>(out.data_ptr());
+  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  std::vector<double> w(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    double total = 0;
+    int64_t nonzero = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double v = pp[r * k + j];
+      ACME_CHECK(std::isfinite(v) && v >= 0, op, "probability tensor contains either `inf`, `nan` or element < 0");
+      w[j] = v;
+      total += v;
+      nonzero += v > 0 ? 1 : 0;
+    }
+    ACME_CHECK(total > 0, op, "invalid multinomial distribution (sum of probabilities <= 0)");
+    ACME_CHECK(replacement || num_samples <= nonzero, op,
+               "invalid multinomial distribution (with replacement=False, not enough non-negative "
+               "category to sample)");
+    for (int64_t s = 0; s < num_samples; ++s) {
+      const double u = uniform_double(g) * total;
+      double acc = 0;
+      int64_t pick = -1;
+      for (int64_t j = 0; j < k; ++j) {
+        if (w[j] <= 0) continue;
+        acc += w[j];
+        pick = j;
+        if (u < acc) break;
+      }
+      o[r * num_samples + s] = pick;
+      if (!replacement) {
+        total -= w[pick];
+        w[pick] = 0;
+      }
+    }
+  }
+  return out;
+}
+
+at::Tensor& k_randperm_generator_out(int64_t n, std::optional<at::Generator> generator, at::Tensor& out) {
+  const char* op = "randperm.generator_out";
+  ACME_CHECK(n >= 0, op, "n must be non-negative, got", n);
+  if (out.sizes() != at::IntArrayRef({n})) out.resize_({n});
+  at::CPUGeneratorImpl* g = generator_for(op, generator, out);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  dispatch<kAllNoBool>(op, out.device(), out.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    std::vector<int64_t> perm(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+      const int64_t j = static_cast<int64_t>(g->random64() % static_cast<uint64_t>(i + 1));
+      std::swap(perm[i], perm[j]);
+    }
+    T* o = static_cast<T*>(out.data_ptr());
+    const int64_t st = n ? out.stride(0) : 1;
+    for (int64_t i = 0; i < n; ++i) o[i * st] = cvt<T>(perm[i]);
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  const char* op = "native_dropout";
+  ACME_CHECK_T(p >= 0.0 && p <= 1.0, op, input, "dropout probability has to be between 0 and 1, but got ", p);
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor mask = at::empty(input.sizes(), input.options().dtype(at::kBool));
+  const bool active = train.value_or(false) && p > 0.0;
+  const double keep = 1.0 - p;
+  const double scale = keep > 0.0 ? 1.0 / keep : 0.0;
+  StridedIter it(input.sizes());
+  it.add(out);
+  it.add(mask);
+  it.add(input);
+  it.build();
+  at::CPUGeneratorImpl* g = active ? generator_for(op, std::nullopt, input) : nullptr;
+  std::unique_lock<std::mutex> lock;
+  if (g) lock = std::unique_lock<std::mutex>(g->mutex_);
+  dispatch<kFloating>(op, input.device(), input.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    const M sc = static_cast<M>(scale);
+    it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const M x = static_cast<M>(*reinterpret_cast<const T*>(ptr[2] + i * s[2]));
+        // eval mode (or p == 0): identity with an all-true mask
+        const bool k = !active || (keep > 0.0 && uniform_float(g) < static_cast<float>(keep));
+        *reinterpret_cast<bool*>(ptr[1] + i * s[1]) = k;
+        *reinterpret_cast<T*>(ptr[0] + i * s[0]) = cvt<T>(!active ? x : (k ? x * sc : M(0)));
+      }
+    });
+  });
+  return {out, mask};
+}
+
+at::Tensor k_native_dropout_backward(const at::Tensor& grad_output, const at::Tensor& mask, double scale) {
+  const char* op = "native_dropout_backward";
+  ACME_CHECK_T(mask.scalar_type() == at::kBool, op, mask, "Mask should be Bool Scalar Type");
+  auto shape = broadcast_shape(op, {&grad_output, &mask});
+  at::Tensor out = alloc_output(op, {&grad_output}, shape, grad_output.scalar_type());
+  StridedIter it(out.sizes());
+  it.add(out);
+  it.add(grad_output);
+  it.add(mask);
+  it.build();
+  dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    const M sc = static_cast<M>(scale);
+    map2<T, T, bool>(it, [sc](T g, bool m) { return m ? static_cast<M>(g) * sc : M(0); });
+  });
+  return out;
+}
+
+}  // namespace acme::kernels
