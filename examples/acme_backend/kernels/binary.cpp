@@ -286,17 +286,28 @@ at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
   });
 }
 
-#define ACME_BITWISE(NAME, OPR)                                                            \
-  at::Tensor k_##NAME##_Tensor(const at::Tensor& self, const at::Tensor& other) {          \
-    return binary_kernel<kIntegralAndBool>(#NAME ".Tensor", self, other,                   \
-                                           promote({&self, &other}), [](auto tag) {        \
-      using M = opmath_t<ACME_T(tag)>;                                                      \
-      return [](M x, M y) -> M { return static_cast<M>(x OPR y); };                         \
-    });                                                                                     \
-  }
-ACME_BITWISE(bitwise_and, &)
-ACME_BITWISE(bitwise_or, |)
-ACME_BITWISE(bitwise_xor, ^)
-#undef ACME_BITWISE
+at::Tensor k_bitwise_and_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegralAndBool>("bitwise_and.Tensor", self, other,
+                                         promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return static_cast<M>(x & y); };
+  });
+}
+
+at::Tensor k_bitwise_or_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegralAndBool>("bitwise_or.Tensor", self, other,
+                                         promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return static_cast<M>(x | y); };
+  });
+}
+
+at::Tensor k_bitwise_xor_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegralAndBool>("bitwise_xor.Tensor", self, other,
+                                         promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return static_cast<M>(x ^ y); };
+  });
+}
 
 }  // namespace acme::kernels

@@ -12,41 +12,120 @@ using namespace acme::common;
 
 // Comparisons run in the promoted dtype of both operands (so int vs float
 // compares as float) and write bool.
-#define ACME_COMPARE(NAME, OPR)                                                            \
-  at::Tensor k_##NAME##_Tensor(const at::Tensor& self, const at::Tensor& other) {          \
-    return binary_kernel<kAll, bool>(#NAME ".Tensor", self, other, promote({&self, &other}), \
-                                     [](auto tag) {                                        \
-      using M = opmath_t<ACME_T(tag)>;                                                      \
-      return [](M x, M y) -> bool { return x OPR y; };                                      \
-    });                                                                                     \
-  }                                                                                         \
-  at::Tensor k_##NAME##_Scalar(const at::Tensor& self, const at::Scalar& other) {          \
-    return unary_kernel<kAll, bool>(#NAME ".Scalar", self, promote({&self}, {&other}),      \
-                                    [&other](auto tag) {                                   \
-      using M = opmath_t<ACME_T(tag)>;                                                      \
-      const M y = other.to<M>();                                                            \
-      return [y](M x) -> bool { return x OPR y; };                                          \
-    });                                                                                     \
-  }
-ACME_COMPARE(eq, ==)
-ACME_COMPARE(ne, !=)
-ACME_COMPARE(lt, <)
-ACME_COMPARE(le, <=)
-ACME_COMPARE(gt, >)
-ACME_COMPARE(ge, >=)
-#undef ACME_COMPARE
+at::Tensor k_eq_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("eq.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x == y; };
+  });
+}
+at::Tensor k_eq_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("eq.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x == y; };
+  });
+}
+
+at::Tensor k_ne_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("ne.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x != y; };
+  });
+}
+at::Tensor k_ne_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("ne.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x != y; };
+  });
+}
+
+at::Tensor k_lt_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("lt.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x < y; };
+  });
+}
+at::Tensor k_lt_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("lt.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x < y; };
+  });
+}
+
+at::Tensor k_le_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("le.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x <= y; };
+  });
+}
+at::Tensor k_le_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("le.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x <= y; };
+  });
+}
+
+at::Tensor k_gt_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("gt.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x > y; };
+  });
+}
+at::Tensor k_gt_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("gt.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x > y; };
+  });
+}
+
+at::Tensor k_ge_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll, bool>("ge.Tensor", self, other, promote({&self, &other}),
+                                   [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> bool { return x >= y; };
+  });
+}
+at::Tensor k_ge_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll, bool>("ge.Scalar", self, promote({&self}, {&other}),
+                                  [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> bool { return x >= y; };
+  });
+}
 
 // Logical ops read any dtype as "!= 0" (the conversion to bool) and write bool.
-#define ACME_LOGICAL(NAME, EXPR)                                                         \
-  at::Tensor k_##NAME(const at::Tensor& self, const at::Tensor& other) {                 \
-    return binary_kernel<kBool, bool>(#NAME, self, other, at::kBool, [](auto) {           \
-      return [](bool x, bool y) -> bool { return EXPR; };                                 \
-    });                                                                                   \
-  }
-ACME_LOGICAL(logical_and, x && y)
-ACME_LOGICAL(logical_or, x || y)
-ACME_LOGICAL(logical_xor, x != y)
-#undef ACME_LOGICAL
+at::Tensor k_logical_and(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kBool, bool>("logical_and", self, other, at::kBool, [](auto) {
+    return [](bool x, bool y) -> bool { return x && y; };
+  });
+}
+
+at::Tensor k_logical_or(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kBool, bool>("logical_or", self, other, at::kBool, [](auto) {
+    return [](bool x, bool y) -> bool { return x || y; };
+  });
+}
+
+at::Tensor k_logical_xor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kBool, bool>("logical_xor", self, other, at::kBool, [](auto) {
+    return [](bool x, bool y) -> bool { return x != y; };
+  });
+}
 
 at::Tensor k_logical_not(const at::Tensor& self) {
   return unary_kernel<kBool, bool>("logical_not", self, at::kBool, [](auto) {
@@ -56,21 +135,54 @@ at::Tensor k_logical_not(const at::Tensor& self) {
 
 // Classification: integers are never NaN/inf; they are still checked for
 // support (any acme dtype) and produce all-false / all-true.
-#define ACME_CLASSIFY(NAME, FLOAT_EXPR, INT_VALUE)                                      \
-  at::Tensor k_##NAME(const at::Tensor& self) {                                         \
-    return unary_kernel<kAll, bool>(#NAME, self, self.scalar_type(), [](auto tag) {      \
-      using M = opmath_t<ACME_T(tag)>;                                                  \
-      return [](M x) -> bool {                                                          \
-        if constexpr (std::is_floating_point_v<M>) return FLOAT_EXPR;                  \
-        else { (void)x; return INT_VALUE; }                                             \
-      };                                                                                \
-    });                                                                                 \
-  }
-ACME_CLASSIFY(isnan, std::isnan(x), false)
-ACME_CLASSIFY(isinf, std::isinf(x), false)
-ACME_CLASSIFY(isposinf, std::isinf(x) && x > M(0), false)
-ACME_CLASSIFY(isneginf, std::isinf(x) && x < M(0), false)
-ACME_CLASSIFY(isfinite, std::isfinite(x), true)
-#undef ACME_CLASSIFY
+at::Tensor k_isnan(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("isnan", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::isnan(x);
+      else { (void)x; return false; }
+    };
+  });
+}
+
+at::Tensor k_isinf(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("isinf", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::isinf(x);
+      else { (void)x; return false; }
+    };
+  });
+}
+
+at::Tensor k_isposinf(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("isposinf", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::isinf(x) && x > M(0);
+      else { (void)x; return false; }
+    };
+  });
+}
+
+at::Tensor k_isneginf(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("isneginf", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::isinf(x) && x < M(0);
+      else { (void)x; return false; }
+    };
+  });
+}
+
+at::Tensor k_isfinite(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("isfinite", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::isfinite(x);
+      else { (void)x; return true; }
+    };
+  });
+}
 
 }  // namespace acme::kernels

@@ -25,35 +25,97 @@ at::Tensor float_unary(const char* op, const at::Tensor& self, F fn) {
 
 }  // namespace
 
-#define ACME_FLOAT_UNARY(NAME, EXPR)                                          \
-  at::Tensor k_##NAME(const at::Tensor& self) {                               \
-    return float_unary(#NAME, self, [](auto x) -> decltype(x) { return EXPR; }); \
-  }
+at::Tensor k_exp(const at::Tensor& self) {
+  return float_unary("exp", self, [](auto x) -> decltype(x) { return std::exp(x); });
+}
 
-ACME_FLOAT_UNARY(exp, std::exp(x))
-ACME_FLOAT_UNARY(exp2, std::exp2(x))
-ACME_FLOAT_UNARY(expm1, std::expm1(x))
-ACME_FLOAT_UNARY(log, std::log(x))
-ACME_FLOAT_UNARY(log2, std::log2(x))
-ACME_FLOAT_UNARY(log10, std::log10(x))
-ACME_FLOAT_UNARY(log1p, std::log1p(x))
-ACME_FLOAT_UNARY(sqrt, std::sqrt(x))
-ACME_FLOAT_UNARY(rsqrt, decltype(x)(1) / std::sqrt(x))
-ACME_FLOAT_UNARY(reciprocal, decltype(x)(1) / x)
-ACME_FLOAT_UNARY(sin, std::sin(x))
-ACME_FLOAT_UNARY(cos, std::cos(x))
-ACME_FLOAT_UNARY(tan, std::tan(x))
-ACME_FLOAT_UNARY(asin, std::asin(x))
-ACME_FLOAT_UNARY(acos, std::acos(x))
-ACME_FLOAT_UNARY(atan, std::atan(x))
-ACME_FLOAT_UNARY(sinh, std::sinh(x))
-ACME_FLOAT_UNARY(cosh, std::cosh(x))
-ACME_FLOAT_UNARY(asinh, std::asinh(x))
-ACME_FLOAT_UNARY(acosh, std::acosh(x))
-ACME_FLOAT_UNARY(atanh, std::atanh(x))
-ACME_FLOAT_UNARY(erf, std::erf(x))
-ACME_FLOAT_UNARY(erfc, std::erfc(x))
-#undef ACME_FLOAT_UNARY
+at::Tensor k_exp2(const at::Tensor& self) {
+  return float_unary("exp2", self, [](auto x) -> decltype(x) { return std::exp2(x); });
+}
+
+at::Tensor k_expm1(const at::Tensor& self) {
+  return float_unary("expm1", self, [](auto x) -> decltype(x) { return std::expm1(x); });
+}
+
+at::Tensor k_log(const at::Tensor& self) {
+  return float_unary("log", self, [](auto x) -> decltype(x) { return std::log(x); });
+}
+
+at::Tensor k_log2(const at::Tensor& self) {
+  return float_unary("log2", self, [](auto x) -> decltype(x) { return std::log2(x); });
+}
+
+at::Tensor k_log10(const at::Tensor& self) {
+  return float_unary("log10", self, [](auto x) -> decltype(x) { return std::log10(x); });
+}
+
+at::Tensor k_log1p(const at::Tensor& self) {
+  return float_unary("log1p", self, [](auto x) -> decltype(x) { return std::log1p(x); });
+}
+
+at::Tensor k_sqrt(const at::Tensor& self) {
+  return float_unary("sqrt", self, [](auto x) -> decltype(x) { return std::sqrt(x); });
+}
+
+at::Tensor k_rsqrt(const at::Tensor& self) {
+  return float_unary("rsqrt", self, [](auto x) -> decltype(x) { return decltype(x)(1) / std::sqrt(x); });
+}
+
+at::Tensor k_reciprocal(const at::Tensor& self) {
+  return float_unary("reciprocal", self, [](auto x) -> decltype(x) { return decltype(x)(1) / x; });
+}
+
+at::Tensor k_sin(const at::Tensor& self) {
+  return float_unary("sin", self, [](auto x) -> decltype(x) { return std::sin(x); });
+}
+
+at::Tensor k_cos(const at::Tensor& self) {
+  return float_unary("cos", self, [](auto x) -> decltype(x) { return std::cos(x); });
+}
+
+at::Tensor k_tan(const at::Tensor& self) {
+  return float_unary("tan", self, [](auto x) -> decltype(x) { return std::tan(x); });
+}
+
+at::Tensor k_asin(const at::Tensor& self) {
+  return float_unary("asin", self, [](auto x) -> decltype(x) { return std::asin(x); });
+}
+
+at::Tensor k_acos(const at::Tensor& self) {
+  return float_unary("acos", self, [](auto x) -> decltype(x) { return std::acos(x); });
+}
+
+at::Tensor k_atan(const at::Tensor& self) {
+  return float_unary("atan", self, [](auto x) -> decltype(x) { return std::atan(x); });
+}
+
+at::Tensor k_sinh(const at::Tensor& self) {
+  return float_unary("sinh", self, [](auto x) -> decltype(x) { return std::sinh(x); });
+}
+
+at::Tensor k_cosh(const at::Tensor& self) {
+  return float_unary("cosh", self, [](auto x) -> decltype(x) { return std::cosh(x); });
+}
+
+at::Tensor k_asinh(const at::Tensor& self) {
+  return float_unary("asinh", self, [](auto x) -> decltype(x) { return std::asinh(x); });
+}
+
+at::Tensor k_acosh(const at::Tensor& self) {
+  return float_unary("acosh", self, [](auto x) -> decltype(x) { return std::acosh(x); });
+}
+
+at::Tensor k_atanh(const at::Tensor& self) {
+  return float_unary("atanh", self, [](auto x) -> decltype(x) { return std::atanh(x); });
+}
+
+at::Tensor k_erf(const at::Tensor& self) {
+  return float_unary("erf", self, [](auto x) -> decltype(x) { return std::erf(x); });
+}
+
+at::Tensor k_erfc(const at::Tensor& self) {
+  return float_unary("erfc", self, [](auto x) -> decltype(x) { return std::erfc(x); });
+}
 
 at::Tensor k_abs(const at::Tensor& self) {
   return unary_kernel<kAllNoBool>("abs", self, self.scalar_type(), [](auto tag) {
@@ -86,22 +148,47 @@ at::Tensor k_sign(const at::Tensor& self) {
 }
 
 // Rounding ops are the identity on integers (torch returns a copy).
-#define ACME_ROUNDING(NAME, EXPR)                                                 \
-  at::Tensor k_##NAME(const at::Tensor& self) {                                   \
-    return unary_kernel<kAllNoBool>(#NAME, self, self.scalar_type(), [](auto tag) { \
-      using M = opmath_t<ACME_T(tag)>;                                            \
-      return [](M x) -> M {                                                       \
-        if constexpr (std::is_integral_v<M>) return x;                            \
-        else return EXPR;                                                         \
-      };                                                                          \
-    });                                                                           \
-  }
 
-ACME_ROUNDING(floor, std::floor(x))
-ACME_ROUNDING(ceil, std::ceil(x))
-ACME_ROUNDING(trunc, std::trunc(x))
-ACME_ROUNDING(round, std::nearbyint(x))  // half to even, as torch.round
-#undef ACME_ROUNDING
+at::Tensor k_floor(const at::Tensor& self) {
+  return unary_kernel<kAllNoBool>("floor", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      if constexpr (std::is_integral_v<M>) return x;
+      else return std::floor(x);
+    };
+  });
+}
+
+at::Tensor k_ceil(const at::Tensor& self) {
+  return unary_kernel<kAllNoBool>("ceil", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      if constexpr (std::is_integral_v<M>) return x;
+      else return std::ceil(x);
+    };
+  });
+}
+
+at::Tensor k_trunc(const at::Tensor& self) {
+  return unary_kernel<kAllNoBool>("trunc", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      if constexpr (std::is_integral_v<M>) return x;
+      else return std::trunc(x);
+    };
+  });
+}
+
+// half to even, as torch.round
+at::Tensor k_round(const at::Tensor& self) {
+  return unary_kernel<kAllNoBool>("round", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      if constexpr (std::is_integral_v<M>) return x;
+      else return std::nearbyint(x);
+    };
+  });
+}
 
 at::Tensor k_frac(const at::Tensor& self) {
   return unary_kernel<kFloating>("frac", self, self.scalar_type(), [](auto tag) {
