@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
-PROC_TIMEOUT = 75          # seconds for one 2-process scenario, start to finish
-PG_TIMEOUT = datetime.timedelta(seconds=30)
+PROC_TIMEOUT = 40          # seconds for one 2-process scenario (typical: ~10 s); 2 x 40 < 90
+PG_TIMEOUT = datetime.timedelta(seconds=20)  # a stuck collective errors before the kill
 CPU_TEST_BACKEND = "fltestcpuccl"
 
 
@@ -191,30 +191,30 @@ def _ddp_matches_single_process(device: torch.device, rank: int, world: int) -> 
 def _worker(scenario: str, rank: int, world: int, rendezvous: str) -> None:
     from torch_fl import distributed as fld
 
-    if scenario.startswith("cpu"):
+    if scenario == "cpu":
         fld.register_comm_backend(CPU_TEST_BACKEND, "cpu")
         dist.init_process_group(CPU_TEST_BACKEND, init_method=rendezvous, rank=rank,
                                 world_size=world, timeout=PG_TIMEOUT)
         group = dist.group.WORLD
         _check(isinstance(group, fld.StagedProcessGroup), f"default group is {type(group)}")
         device = torch.device("cpu")
-    else:
+    elif scenario == "acme":
         device = fld.init_distributed("acme", rank, world, init_method=rendezvous,
                                       timeout=PG_TIMEOUT)
         _check(device == torch.device("acme", rank), f"rank {rank} got {device}")
         group = dist.group.WORLD
         _check(group.getBackendName() == "acmeccl", f"backend {group.getBackendName()}")
         _check(dist.get_backend() == "acmeccl", f"dist.get_backend() = {dist.get_backend()}")
-    if scenario.endswith("collectives"):
-        _collectives(device, rank, world)
-        _more_collectives(device, rank, world)
-        # CPU tensors go through the same group (object collectives, gloo-style use).
-        if device.type != "cpu":
-            _collectives(torch.device("cpu"), rank, world)
-    elif scenario.endswith("ddp"):
-        _ddp_matches_single_process(device, rank, world)
     else:
         raise SystemExit(f"unknown scenario {scenario}")
+    # One process pair runs everything: starting Python + torch and DDP's import of
+    # torch._dynamo cost ~10 s per pair on a loaded 2-core machine.
+    _collectives(device, rank, world)
+    _more_collectives(device, rank, world)
+    if device.type != "cpu":
+        # CPU tensors go through the same group (object collectives, gloo-style use).
+        _collectives(torch.device("cpu"), rank, world)
+    _ddp_matches_single_process(device, rank, world)
     dist.destroy_process_group()
     print(f"rank {rank}: {scenario} ok", flush=True)
 
@@ -265,31 +265,20 @@ def _acme_available() -> str | None:
     return None
 
 
-def test_cpu_collectives_two_processes(tmp_path):
-    _run_2_procs("cpu_collectives", f"file://{tmp_path / 'store'}")
+def test_cpu_collectives_and_ddp_two_processes(tmp_path):
+    _run_2_procs("cpu", f"file://{tmp_path / 'store'}")
 
 
-def test_cpu_ddp_two_processes(tmp_path):
-    _run_2_procs("cpu_ddp", f"file://{tmp_path / 'store'}")
-
-
-def test_acme_collectives_two_processes(tmp_path):
+def test_acme_collectives_and_ddp_two_processes():
+    """Rank r on acme:r: every collective on acme tensors (and CPU ones), then 2-rank
+    DDP == one process on the full batch. TCP store on a free loopback port (the
+    CPU test covers the file store)."""
     import pytest
 
     reason = _acme_available()
     if reason:
         pytest.skip(reason)
-    # TCP store on a free loopback port (the file store is covered by the DDP test)
-    _run_2_procs("acme_collectives", f"tcp://127.0.0.1:{_free_port()}")
-
-
-def test_acme_ddp_matches_single_process(tmp_path):
-    import pytest
-
-    reason = _acme_available()
-    if reason:
-        pytest.skip(reason)
-    _run_2_procs("acme_ddp", f"file://{tmp_path / 'store'}")
+    _run_2_procs("acme", f"tcp://127.0.0.1:{_free_port()}")
 
 
 def test_register_comm_backend_rules():
@@ -347,6 +336,40 @@ def test_acme_descriptor_names_acmeccl():
 
     assert fld.comm_backend_for("acme") == "acmeccl"
     assert fld.comm_backend_for("acme:1") == "acmeccl"
+    try:
+        assert fld.set_comm_backend("fltestacmealt", "acme") == "fltestacmealt"
+        assert fld.comm_backend_for("acme:0") == "fltestacmealt"
+        assert dist.get_default_backend_for_device("acme") in ("acmeccl", "fltestacmealt")
+    finally:
+        fld._chosen.pop("acme", None)  # other tests expect the descriptor's choice
+    assert fld.comm_backend_for("acme") == "acmeccl"
+
+
+def test_acme_mixed_backend_string_in_process():
+    """'cpu:gloo,acme:acmeccl' also gives a working group (world size 1, in process)."""
+    import pytest
+
+    reason = _acme_available()
+    if reason:
+        pytest.skip(reason)
+    from torch_fl import distributed as fld
+
+    fld.register_comm_backend("acmeccl", "acme")
+    dist.init_process_group("cpu:gloo,acme:acmeccl", store=dist.HashStore(), rank=0,
+                            world_size=1, timeout=PG_TIMEOUT)
+    try:
+        assert isinstance(dist.group.WORLD, fld.StagedProcessGroup)
+        for device in ("acme:1", "cpu"):
+            t = torch.arange(3.0, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            assert t.device == torch.device(device)
+            assert torch.equal(t.cpu(), torch.arange(3.0))
+        out = torch.empty(3, device="acme:0")
+        dist.all_gather_into_tensor(out, torch.tensor([1.0, 2.0, 3.0], device="acme:0"))
+        assert out.cpu().tolist() == [1.0, 2.0, 3.0]
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
