@@ -332,3 +332,14 @@ def test_acme_resnet18_tiny_input():
                      sensitivity=False)
     assert 0 < report.drop < 0.2
     assert report.drop == pytest.approx(cpu.drop, rel=0.05, abs=1e-3)
+
+
+@needs_acme
+def test_acme_refuses_running_a_cpu_calibration_it_cannot_execute():
+    model, data = _outlier_model_and_data()
+    calib = Q.calibrate(model, data, "cpu", scheme="per_channel_symmetric")
+    with pytest.raises(Q.QuantizationNotSupported, match="device 'acme'.*per_channel_symmetric"):
+        Q.evaluate(model, calib, data, device="acme")
+    ok = Q.calibrate(model, data, "cpu", scheme="per_channel")   # acme lists this one
+    report = Q.evaluate(model, ok, data, device="acme", sensitivity=False)
+    assert report.drop > 0

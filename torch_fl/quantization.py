@@ -299,7 +299,11 @@ class _LayerSwapper:
                  device: str | torch.device | None):
         self.model = copy.deepcopy(model)
         if device is not None:
-            self.model = self.model.to(device)
+            dev = torch.device(device)
+            if dev.type != calibration.device:
+                # calibrated elsewhere (e.g. on CPU): the target must run this scheme too
+                _check_supported(dev, calibration.scheme, calibration.dtype)
+            self.model = self.model.to(dev)
         self.model.eval()
         self.calibration = calibration
         self.original = {n: self.model.get_submodule(n) for n in calibration.layers}
@@ -363,12 +367,6 @@ def _call(model: nn.Module, batch: Any, device: torch.device) -> torch.Tensor:
     if isinstance(out, (tuple, list)):  # models returning (logits, loss)
         out = out[0]
     return out
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
 
 
 # ------------------------------------------------------------------ calibrate
