@@ -114,7 +114,8 @@ def _tiny_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
+        # output 2x2: adaptive pooling to 1x1 would be computed with mean.dim
+        torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(32, 4))
 
 
 def test_compare_model_clean_then_finds_the_perturbed_kernel():
@@ -147,7 +148,9 @@ def test_compare_model_resnet18_perturbed_layer(tmp_path):
     torch.manual_seed(0)
     model = resnet18(num_classes=10, width=16)
     x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
-    with perturbed_kernel("_adaptive_avg_pool2d", NAME, scale=1.05):
+    # ResNet's AdaptiveAvgPool2d((1, 1)) is computed as mean.dim over H, W; no
+    # other forward layer calls mean.dim on the device.
+    with perturbed_kernel("mean.dim", NAME, scale=1.05):
         report = torch_fl.compare_model(model, (x,), "cpu", DEVICE, loss_fn=F.cross_entropy,
                                         targets=y)
     assert report.first_divergent == "avgpool", report.table(all_rows=False)

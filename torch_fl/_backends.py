@@ -74,11 +74,19 @@ def package_of(entry: BackendEntry) -> str:
     return entry.value.split(".", 1)[0]
 
 
+def _import_torch() -> None:
+    """Import torch before calling a backend's load(): `import torch` runs the
+    torch.backends autoloader, which loads the backend itself; a load() that
+    imported torch first would re-enter and then register everything twice."""
+    import torch  # noqa: F401
+
+
 def try_load(entry: BackendEntry) -> tuple[bool, str | None]:
     """Load the backend into this process; (loaded, error). Never raises."""
     if entry.module is None:
         return False, entry.import_error
     try:
+        _import_torch()
         entry.module.load()
         return True, None
     except Exception as exc:
@@ -142,6 +150,7 @@ def backend(device: Any = None) -> ModuleType:
         raise ValueError(f"'{name}' is not an installed flsdk backend (installed: {known})")
     if entry.module is None:
         raise NoBackendError(entry.import_error)
+    _import_torch()
     entry.module.load()  # raises BackendLoadError with the backend's own reason
     return entry.module
 
