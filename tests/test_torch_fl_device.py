@@ -275,3 +275,17 @@ def test_memory_stats_follow_allocation_and_empty_cache():
 def test_memory_functions_reject_cpu():
     with pytest.raises(ValueError, match="not cpu"):
         torch_fl.memory_stats("cpu")
+
+
+def test_fresh_process_finds_the_device_without_importing_torch_first():
+    # torch_fl imports torch itself; torch's autoloader then loads the backend,
+    # and torch_fl's own load() must not register it a second time.
+    import subprocess
+    import sys
+
+    code = "import torch_fl; print(torch_fl.list_devices()); print(torch_fl.backend_reports())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"'{DEVICE}'" in out.stdout.splitlines()[0], out.stdout
+    assert "'error': None" in out.stdout
