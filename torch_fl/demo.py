@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     from torch.nn import functional as F
 
     import torch_fl
-    from torch_fl import _backends
     from torch_fl.models import resnet18
 
     print(f"torch_fl {torch_fl.__version__}, torch {torch.__version__}")

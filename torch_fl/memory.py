@@ -19,7 +19,6 @@ __all__ = ["MEMORY_CONFIG_KEYS", "set_memory_config", "get_memory_config", "memo
            "memory_summary", "empty_cache", "memory_allocated", "memory_reserved",
            "reset_peak_memory_stats"]
 
-# key -> (description, validator returning the text the allocator parses)
 _MIB = 1024 * 1024
 
 
@@ -61,6 +60,7 @@ def _gc_threshold(value: Any) -> str:
     return _fmt(v)
 
 
+# key -> (description, validator returning the text the allocator parses)
 MEMORY_CONFIG_KEYS = {
     "round_size": ("allocation sizes are rounded up to a multiple of this (bytes)", _round_size),
     "max_split_size_mb": ("cached blocks larger than this are never split (MiB; None: no limit)",
