@@ -174,3 +174,37 @@ def test_flsdk_compare_cli(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["device_b"] == DEVICE and data["model"] == "gpt"
     assert any(d["name"] == "lm_head" for d in data["forward"])
+
+
+def _shallow_copy_compatible() -> bool:
+    return bool(torch._has_compatible_shallow_copy_type(torch.ones(1),
+                                                        torch.ones(1, device=DEVICE)))
+
+
+def test_compare_model_reports_tied_weights_coming_apart():
+    from torch_fl.models import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(dropout=0.0))
+    assert model.lm_head.weight is model.wte.weight
+    tok = torch.randint(0, 256, (2, 8))
+    report = torch_fl.compare_model(model, (tok, tok.roll(-1, 1)), "cpu", DEVICE,
+                                    loss_fn=lambda out: out[1])
+    if _shallow_copy_compatible():
+        assert report.warnings == [] and report.first_divergent_grad is None
+    else:
+        # model.to(device) gave lm_head and wte separate Parameters on the device:
+        # the gradient of the tied weight then misses the lm_head part.
+        assert "wte.weight = lm_head.weight" in report.warnings[0]
+        assert report.first_divergent_grad in ("lm_head.weight", "wte.weight")
+        assert not report.ok and "WARNING: parameter sharing differs" in report.table()
+
+
+def test_module_to_device_keeps_tied_weights():
+    if not _shallow_copy_compatible():
+        pytest.xfail(f"{NAME} registers no PrivateUse1 kernel for "
+                     "aten::_has_compatible_shallow_copy_type, so Module.to() unties weights")
+    from torch_fl.models import GPT, GPTConfig
+
+    model = GPT(GPTConfig()).to(DEVICE)
+    assert model.lm_head.weight is model.wte.weight

@@ -50,6 +50,7 @@ class ModelCompareReport:
     loss_a: float | None = None
     loss_b: float | None = None
     missing: list[str] = field(default_factory=list)         # seen on one device only
+    warnings: list[str] = field(default_factory=list)        # e.g. weight tying lost
 
     @property
     def first_divergent(self) -> str | None:
@@ -63,7 +64,8 @@ class ModelCompareReport:
 
     @property
     def ok(self) -> bool:
-        return all(d.ok for d in self.forward + self.grads) and not self.missing
+        return (all(d.ok for d in self.forward + self.grads) and not self.missing
+                and not self.warnings)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()}
@@ -103,6 +105,7 @@ class ModelCompareReport:
             lines.append(f"first divergent gradient: {self.first_divergent_grad or 'none'}")
         if self.missing:
             lines.append("seen on one device only: " + ", ".join(self.missing))
+        lines += [f"WARNING: {w}" for w in self.warnings]
         rows = [d for d in self.forward + self.grads if all_rows or not d.ok]
         if rows:
             width = max(len(d.name) for d in rows)
@@ -119,6 +122,14 @@ class ModelCompareReport:
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _shared_parameters(model) -> list[tuple[str, ...]]:
+    """Groups of parameter names that are one tensor (tied weights)."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return sorted(tuple(g) for g in groups.values() if len(g) > 1)
 
 
 def _merge(diffs: list[TensorDiff]) -> dict[str, Any]:
@@ -211,6 +222,16 @@ def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = Non
         if train is not None:
             m.train(train)
         copies.append(m)
+    warnings = []
+    tied_a, tied_b = _shared_parameters(copies[0]), _shared_parameters(copies[1])
+    if tied_a != tied_b:
+        # Module.to() makes one new Parameter per module when the two devices'
+        # tensors are not "shallow-copy compatible": tied weights come apart and
+        # training silently changes (each copy gets only part of the gradient).
+        lost = [" = ".join(g) for g in tied_a if g not in tied_b]
+        warnings.append(f"parameter sharing differs: tied on {dev_a} but not on {dev_b}: "
+                        + "; ".join(lost) + " (model.to() broke weight tying; the backend "
+                        "needs a PrivateUse1 kernel for aten::_has_compatible_shallow_copy_type)")
     # Same seed before each run: ops drawing random numbers on the CPU agree.
     torch.manual_seed(0)
     rec_a, grads_a, loss_a = _run(copies[0], args, dev_a, loss_fn, targets, backward)
@@ -219,7 +240,7 @@ def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = Non
 
     report = ModelCompareReport(model=type(model).__name__, device_a=str(dev_a),
                                 device_b=str(dev_b), atol=atol, rtol=rtol,
-                                loss_a=loss_a, loss_b=loss_b)
+                                loss_a=loss_a, loss_b=loss_b, warnings=warnings)
     report.missing = sorted((set(rec_a) ^ set(rec_b)) | (set(grads_a) ^ set(grads_b)))
     for name, (mtype, tensors_a) in rec_a.items():  # dicts keep call order
         if name not in rec_b:
