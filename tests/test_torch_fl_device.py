@@ -149,6 +149,22 @@ def test_check_ops_reports_native_and_fallback_ops(no_native_op):
     assert "threshold_backward" in {u.op for u in bwd.ops}
 
 
+def test_check_ops_follows_the_device_paths_not_the_cpu_ones():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout(0.5))
+    model.train()
+    report = torch_fl.check_ops(model, (torch.randn(2, 3, 8, 8),), DEVICE, backward=True)
+    ops = {u.op for u in report.ops}
+    # convolution reaches a PrivateUse1 backend as convolution_overrideable (CPU: mkldnn)
+    assert {"convolution_overrideable", "convolution_backward_overrideable"} <= ops
+    # dropout is the fused native_dropout on the device (CPU draws with bernoulli_)
+    assert {"native_dropout", "native_dropout_backward"} <= ops
+    assert "bernoulli_.float" not in ops
+    for u in report.ops:  # the status agrees with the dispatcher
+        route = privateuse1_route(u.op)
+        if route == "native":
+            assert u.status == "native", u
+
+
 # --- fallback -----------------------------------------------------------------
 
 def test_fallback_off_raises_naming_op_device_dtype(no_native_op):

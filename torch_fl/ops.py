@@ -163,7 +163,7 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
 
-    from .models.trace import GLUE_OPS, record_ops
+    from .models.trace import CPU_DROPOUT_MARKER, GLUE_OPS, PRIVATEUSE1_DROPOUT, record_ops
 
     dev = _backends.resolve_device(device)
     mod = _backends.backend(dev)
@@ -185,7 +185,12 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
             loss.backward()
 
     report = OpsReport(device=str(dev), backward=backward, fallback_enabled=fb_enabled)
-    for name in sorted(set(trace.backend_ops) | set(trace.glue_ops)):
+    names = set(trace.backend_ops) | set(trace.glue_ops)
+    if PRIVATEUSE1_DROPOUT[0] in names:
+        # CPU's unfused dropout draws with bernoulli_; the device takes the fused
+        # native_dropout path instead (the trace already added that op).
+        names.discard(CPU_DROPOUT_MARKER)
+    for name in sorted(names):
         dtypes = sorted(_dtype_name(d) for d in trace.reached.get(name, ()))
         route = privateuse1_route(name)
         note = ""
