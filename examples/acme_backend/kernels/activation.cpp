@@ -5,7 +5,10 @@
 #include "../generated/kernels.h"
 #endif
 
+#include <ATen/ops/empty.h>
+
 #include <cmath>
+#include <tuple>
 
 namespace acme::kernels {
 using namespace acme::common;
@@ -210,6 +213,180 @@ at::Tensor k_hardsigmoid_backward(const at::Tensor& grad_output, const at::Tenso
     using M = opmath_t<ACME_T(tag)>;
     return [](M g, M x) -> M { return (x > M(-3) && x < M(3)) ? g / M(6) : M(0); };
   });
+}
+
+at::Tensor k_threshold(const at::Tensor& self, const at::Scalar& threshold, const at::Scalar& value) {
+  return unary_kernel<kAllNoBool>("threshold", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M th = threshold.to<M>(), v = value.to<M>();
+    return [th, v](M x) -> M { return x <= th ? v : x; };
+  });
+}
+
+at::Tensor k_elu(const at::Tensor& self, const at::Scalar& alpha, const at::Scalar& scale,
+                 const at::Scalar& input_scale) {
+  return unary_kernel<kFloating>("elu", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M negcoef = alpha.to<M>() * scale.to<M>(), poscoef = scale.to<M>(), inscale = input_scale.to<M>();
+    return [=](M x) -> M { return x > M(0) ? x * poscoef : negcoef * std::expm1(x * inscale); };
+  });
+}
+
+at::Tensor k_elu_backward(const at::Tensor& grad_output, const at::Scalar& alpha, const at::Scalar& scale,
+                          const at::Scalar& input_scale, bool is_result, const at::Tensor& self_or_result) {
+  const char* op = "elu_backward";
+  ACME_CHECK(!is_result || alpha.to<double>() >= 0.0, op,
+             "In-place elu backward calculation is triggered with a negative slope which is not supported.");
+  return binary_kernel<kFloating>(op, grad_output, self_or_result, bwd_compute(grad_output, self_or_result),
+                                  [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M negcoef = alpha.to<M>() * scale.to<M>(), poscoef = scale.to<M>(), inscale = input_scale.to<M>();
+    return [=](M g, M v) -> M {
+      if (v > M(0)) return g * poscoef;
+      // from the result y = negcoef * (exp(x * s) - 1): dy/dx = s * (y + negcoef)
+      return is_result ? g * inscale * (v + negcoef) : g * inscale * negcoef * std::exp(v * inscale);
+    };
+  });
+}
+
+at::Tensor k_softplus(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold) {
+  return unary_kernel<kFloating>("softplus", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M b = beta.to<M>(), th = threshold.to<M>();
+    return [=](M x) -> M { return x * b > th ? x : std::log1p(std::exp(x * b)) / b; };
+  });
+}
+
+at::Tensor k_softplus_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& beta,
+                               const at::Scalar& threshold) {
+  return binary_kernel<kFloating>("softplus_backward", grad_output, self, bwd_compute(grad_output, self),
+                                  [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M b = beta.to<M>(), th = threshold.to<M>();
+    return [=](M g, M x) -> M {
+      if (x * b > th) return g;
+      const M z = std::exp(x * b);
+      return g * z / (z + M(1));
+    };
+  });
+}
+
+at::Tensor k_mish(const at::Tensor& self) {
+  return unary_kernel<kFloating>("mish", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return x * std::tanh(std::log1p(std::exp(x))); };
+  });
+}
+
+at::Tensor k_mish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  return binary_kernel<kFloating>("mish_backward", grad_output, self, bwd_compute(grad_output, self),
+                                  [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x) -> M {
+      const M sig = M(1) / (M(1) + std::exp(-x));
+      const M t = std::tanh(std::log1p(std::exp(x)));
+      return g * (t + x * sig * (M(1) - t * t));
+    };
+  });
+}
+
+namespace {
+int64_t glu_dim(const char* op, const at::Tensor& self, int64_t dim) {
+  ACME_CHECK_T(self.dim() > 0, op, self, "glu does not support scalars because halving size must be even");
+  const int64_t n = self.dim();
+  ACME_CHECK_INDEX(dim >= -n && dim < n, op, "dimension out of range (expected to be in range of [", -n,
+                   ", ", n - 1, "], but got ", dim, ")");
+  if (dim < 0) dim += n;
+  ACME_CHECK_T(self.size(dim) % 2 == 0, op, self, "Halving dimension must be even, but dimension ", dim,
+               " is size ", self.size(dim));
+  return dim;
+}
+}  // namespace
+
+at::Tensor k_glu(const at::Tensor& self, int64_t dim) {
+  const char* op = "glu";
+  dim = glu_dim(op, self, dim);
+  const int64_t h = self.size(dim) / 2;
+  const at::Tensor a = self.narrow(dim, 0, h), b = self.narrow(dim, h, h);
+  return binary_kernel<kFloating>(op, a, b, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return x / (M(1) + std::exp(-y)); };
+  });
+}
+
+at::Tensor k_glu_backward(const at::Tensor& grad_output, const at::Tensor& self, int64_t dim) {
+  const char* op = "glu_backward";
+  dim = glu_dim(op, self, dim);
+  const int64_t h = self.size(dim) / 2;
+  const at::Tensor a = self.narrow(dim, 0, h), b = self.narrow(dim, h, h);
+  // d/da = g * sig(b) ; d/db = g * a * sig(b) * (1 - sig(b))
+  at::Tensor ga = ternary_kernel<kFloating>(op, grad_output, a, b, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M, M y) -> M { return g / (M(1) + std::exp(-y)); };
+  });
+  at::Tensor gb = ternary_kernel<kFloating>(op, grad_output, a, b, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x, M y) -> M {
+      const M s = M(1) / (M(1) + std::exp(-y));
+      return g * x * s * (M(1) - s);
+    };
+  });
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  at::Tensor lo = out.narrow(dim, 0, h), hi = out.narrow(dim, h, h);
+  convert_into(op, lo, ga);
+  convert_into(op, hi, gb);
+  return out;
+}
+
+at::Tensor k_logit_backward(const at::Tensor& grad_output, const at::Tensor& self, std::optional<double> eps) {
+  return binary_kernel<kFloating>("logit_backward", grad_output, self, bwd_compute(grad_output, self),
+                                  [eps](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const bool clamp = eps.has_value();
+    const M lo = clamp ? static_cast<M>(*eps) : M(0), hi = M(1) - lo;
+    return [=](M g, M x) -> M {
+      if (clamp && (x < lo || x > hi)) return M(0);
+      return g / (x * (M(1) - x));
+    };
+  });
+}
+
+at::Tensor k_hardshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  return unary_kernel<kFloating>("hardshrink", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M l = lambd.to<M>();
+    return [l](M x) -> M { return (x >= -l && x <= l) ? M(0) : x; };
+  });
+}
+
+at::Tensor k_softshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  return unary_kernel<kFloating>("softshrink", self, self.scalar_type(), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M l = lambd.to<M>();
+    return [l](M x) -> M { return x > l ? x - l : (x < -l ? x + l : M(0)); };
+  });
+}
+
+at::Tensor k__prelu_kernel(const at::Tensor& self, const at::Tensor& weight) {
+  return binary_kernel<kFloating>("_prelu_kernel", self, weight, bwd_compute(self, weight), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M w) -> M { return x > M(0) ? x : w * x; };
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> k__prelu_kernel_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                                            const at::Tensor& weight) {
+  const char* op = "_prelu_kernel_backward";
+  const auto compute = promote({&grad_output, &self, &weight});
+  at::Tensor gi = ternary_kernel<kFloating>(op, grad_output, self, weight, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x, M w) -> M { return x > M(0) ? g : w * g; };
+  });
+  at::Tensor gw = ternary_kernel<kFloating>(op, grad_output, self, weight, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M g, M x, M) -> M { return x > M(0) ? M(0) : x * g; };
+  });
+  return {gi, gw};
 }
 
 }  // namespace acme::kernels

@@ -310,4 +310,261 @@ at::Tensor k_bitwise_xor_Tensor(const at::Tensor& self, const at::Tensor& other)
   });
 }
 
+// fmax/fmin ignore NaN unless both are NaN.
+at::Tensor k_fmax(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("fmax", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if constexpr (std::is_floating_point_v<M>) return std::fmax(x, y);
+      else return x > y ? x : y;
+    };
+  });
+}
+
+at::Tensor k_fmin(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("fmin", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if constexpr (std::is_floating_point_v<M>) return std::fmin(x, y);
+      else return x < y ? x : y;
+    };
+  });
+}
+
+at::Tensor k_hypot(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kFloating>("hypot", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return std::hypot(x, y); };
+  });
+}
+
+at::Tensor k_copysign_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  const auto compute = float_compute(promote({&self, &other}));
+  return binary_kernel<kFloating>("copysign.Tensor", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return std::copysign(x, y); };
+  });
+}
+
+at::Tensor k_floor_divide(const at::Tensor& self, const at::Tensor& other) {
+  return k_div_Tensor_mode(self, other, c10::string_view("floor"));
+}
+
+at::Tensor k_bitwise_left_shift_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegral>("bitwise_left_shift.Tensor", self, other, promote({&self, &other}),
+                                  [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    // shifting by >= the bit width (or a negative amount) gives 0, as torch
+    return [](M x, M y) -> M {
+      using U = std::make_unsigned_t<M>;
+      if (y < 0 || y >= static_cast<M>(sizeof(M) * 8)) return 0;
+      return static_cast<M>(static_cast<U>(x) << y);
+    };
+  });
+}
+
+at::Tensor k_bitwise_right_shift_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegral>("bitwise_right_shift.Tensor", self, other, promote({&self, &other}),
+                                  [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    // arithmetic shift; over-wide shifts give the sign fill
+    return [](M x, M y) -> M {
+      if (y < 0 || y >= static_cast<M>(sizeof(M) * 8)) return x < 0 ? M(-1) : M(0);
+      return static_cast<M>(x >> y);
+    };
+  });
+}
+
+at::Tensor k_xlogy_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  const auto compute = float_compute(promote({&self, &other}));
+  return binary_kernel<kFloating>("xlogy.Tensor", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if (std::isnan(y)) return y;
+      if (x == M(0)) return M(0);
+      return x * std::log(y);
+    };
+  });
+}
+
+at::Tensor k_logaddexp(const at::Tensor& self, const at::Tensor& other) {
+  const auto compute = promote({&self, &other});  // integers unsupported, as in torch
+  return binary_kernel<kFloating>("logaddexp", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if (std::isinf(x) && x == y) return x;  // both +inf or both -inf
+      const M m = std::max(x, y);
+      return m + std::log1p(std::exp(-std::abs(x - y)));
+    };
+  });
+}
+
+at::Tensor k_logaddexp2(const at::Tensor& self, const at::Tensor& other) {
+  const auto compute = promote({&self, &other});  // integers unsupported, as in torch
+  return binary_kernel<kFloating>("logaddexp2", self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      if (std::isinf(x) && x == y) return x;
+      const M m = std::max(x, y);
+      return m + std::log1p(std::exp2(-std::abs(x - y))) / static_cast<M>(M_LN2);
+    };
+  });
+}
+
+at::Tensor k_nextafter(const at::Tensor& self, const at::Tensor& other) {
+  const char* op = "nextafter";
+  const auto compute = promote({&self, &other});
+  ACME_CHECK(compute == at::kFloat || compute == at::kDouble, op,
+             "nextafter is only implemented for float32 and float64 on acme, got ", dtype_name(compute));
+  return binary_kernel<kF32 | kF64>(op, self, other, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return std::nextafter(x, y); };
+  });
+}
+
+at::Tensor k_heaviside(const at::Tensor& self, const at::Tensor& values) {
+  const char* op = "heaviside";
+  ACME_CHECK(self.scalar_type() == values.scalar_type(), op,
+             "heaviside is not yet implemented for tensors with different dtypes");
+  return binary_kernel<kAll>(op, self, values, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M v) -> M {
+      if constexpr (std::is_same_v<M, bool>) return x ? true : v;
+      else return x == M(0) ? v : static_cast<M>(x > M(0) ? 1 : 0);
+    };
+  });
+}
+
+namespace {
+template <class M>
+M gcd_value(M a, M b) {
+  if constexpr (std::is_signed_v<M>) {
+    a = a < 0 ? static_cast<M>(-a) : a;
+    b = b < 0 ? static_cast<M>(-b) : b;
+  }
+  while (b != 0) {
+    const M t = static_cast<M>(a % b);
+    a = b;
+    b = t;
+  }
+  return a;
+}
+}  // namespace
+
+at::Tensor k_gcd(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegral>("gcd", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return gcd_value<M>(x, y); };
+  });
+}
+
+at::Tensor k_lcm(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kIntegral>("lcm", self, other, promote({&self, &other}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M {
+      const M g = gcd_value<M>(x, y);
+      if (g == 0) return 0;
+      M r = static_cast<M>((x / g) * y);
+      if constexpr (std::is_signed_v<M>) r = r < 0 ? static_cast<M>(-r) : r;
+      return r;
+    };
+  });
+}
+
+at::Tensor k_rsub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  // rsub(self, other, alpha) = other - alpha * self
+  return k_sub_Tensor(other, self, alpha);
+}
+
+// ---- Scalar overloads: the Scalar takes part in promotion as a wrapped number ----
+
+at::Tensor k_add_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  const char* op = "add.Scalar";
+  const auto compute = promote({&self}, {&other});
+  check_alpha(op, compute, alpha);
+  return unary_kernel<kAll>(op, self, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    if constexpr (std::is_same_v<M, bool>) {
+      const bool add = alpha.to<bool>() && other.to<bool>();
+      return [add](M x) -> M { return x || add; };
+    } else {
+      const M v = static_cast<M>(alpha.to<M>() * other.to<M>());
+      return [v](M x) -> M { return x + v; };
+    }
+  });
+}
+
+at::Tensor k_sub_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  const char* op = "sub.Scalar";
+  ACME_CHECK(self.scalar_type() != at::kBool && !other.isBoolean(), op,
+             "subtraction, the `-` operator, with a bool tensor is not supported. "
+             "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+  const auto compute = promote({&self}, {&other});
+  check_alpha(op, compute, alpha);
+  return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M v = static_cast<M>(alpha.to<M>() * other.to<M>());
+    return [v](M x) -> M { return x - v; };
+  });
+}
+
+at::Tensor k_mul_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  return unary_kernel<kAll>("mul.Scalar", self, promote({&self}, {&other}), [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M v = other.to<M>();
+    return [v](M x) -> M {
+      if constexpr (std::is_same_v<M, bool>) return x && v;
+      else return x * v;
+    };
+  });
+}
+
+at::Tensor k_div_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  const auto compute = float_compute(promote({&self}, {&other}));
+  return unary_kernel<kFloating>("div.Scalar", self, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M v = other.to<M>();
+    return [v](M x) -> M { return x / v; };
+  });
+}
+
+at::Tensor k_remainder_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  const char* op = "remainder.Scalar";
+  const auto compute = promote({&self}, {&other});
+  if (c10::isIntegralType(compute, true))
+    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
+  return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> M {
+      if constexpr (std::is_integral_v<M>) {
+        M r = static_cast<M>(x % y);
+        if constexpr (std::is_signed_v<M>) {
+          if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<M>(r + y);
+        }
+        return r;
+      } else {
+        M r = std::fmod(x, y);
+        if (r != M(0) && ((r < M(0)) != (y < M(0)))) r += y;
+        return r;
+      }
+    };
+  });
+}
+
+at::Tensor k_fmod_Scalar(const at::Tensor& self, const at::Scalar& other) {
+  const char* op = "fmod.Scalar";
+  const auto compute = promote({&self}, {&other});
+  if (c10::isIntegralType(compute, true))
+    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
+  return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y](M x) -> M {
+      if constexpr (std::is_integral_v<M>) return static_cast<M>(x % y);
+      else return std::fmod(x, y);
+    };
+  });
+}
+
 }  // namespace acme::kernels

@@ -185,4 +185,30 @@ at::Tensor k_isfinite(const at::Tensor& self) {
   });
 }
 
+// equal: same shape and every element equal (compared in the promoted dtype;
+// NaN is never equal).
+bool k_equal(const at::Tensor& self, const at::Tensor& other) {
+  const char* op = "equal";
+  check_same_device(op, self, other, "other");
+  if (self.sizes() != other.sizes()) return false;
+  const auto compute = promote({&self, &other});
+  const at::Tensor a = cast(op, self, compute);
+  const at::Tensor b = cast(op, other, compute);
+  StridedIter it(a.sizes());
+  it.add(a);
+  it.add(b);
+  it.build();
+  bool same = true;
+  dispatch<kAll>(op, self.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n && same; ++i)
+        same = static_cast<M>(*reinterpret_cast<const T*>(p[0] + i * s[0])) ==
+               static_cast<M>(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+    });
+  });
+  return same;
+}
+
 }  // namespace acme::kernels

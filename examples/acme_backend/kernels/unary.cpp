@@ -8,6 +8,7 @@
 #endif
 
 #include <cmath>
+#include <limits>
 
 namespace acme::kernels {
 using namespace acme::common;
@@ -217,6 +218,114 @@ at::Tensor k_bitwise_not(const at::Tensor& self) {
     return [](M x) -> M {
       if constexpr (std::is_same_v<M, bool>) return !x;
       else return static_cast<M>(~x);
+    };
+  });
+}
+
+// sgn is sign for real dtypes
+at::Tensor k_sgn(const at::Tensor& self) {
+  return unary_kernel<kAll>("sgn", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M {
+      if constexpr (std::is_same_v<M, bool>) return x;
+      else return static_cast<M>((M(0) < x) - (x < M(0)));
+    };
+  });
+}
+
+namespace {
+// Inverse error function: a rational first guess refined by two Newton steps
+// on erf(y) - x (erf and its derivative 2/sqrt(pi) exp(-y^2) are exact enough).
+double erfinv_d(double x) {
+  if (x <= -1.0) return x == -1.0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  if (x >= 1.0) return x == 1.0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(x)) return x;
+  const double a = 0.147;  // Winitzki's approximation
+  const double ln = std::log(1.0 - x * x);
+  const double t = 2.0 / (M_PI * a) + ln / 2.0;
+  double y = std::copysign(std::sqrt(std::sqrt(t * t - ln / a) - t), x);
+  for (int i = 0; i < 3; ++i) {
+    const double err = std::erf(y) - x;
+    y -= err / (2.0 / std::sqrt(M_PI) * std::exp(-y * y));
+  }
+  return y;
+}
+
+// Digamma: recurrence up to x >= 6, then the asymptotic series; reflection
+// for negative x.
+double digamma_d(double x) {
+  if (x == 0) return std::copysign(std::numeric_limits<double>::infinity(), -x);
+  if (x < 0) {
+    if (x == std::floor(x)) return std::numeric_limits<double>::quiet_NaN();
+    return digamma_d(1.0 - x) - M_PI / std::tan(M_PI * x);
+  }
+  double r = 0;
+  while (x < 6) {
+    r -= 1 / x;
+    x += 1;
+  }
+  const double f = 1 / (x * x);
+  return r + std::log(x) - 0.5 / x -
+         f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))));
+}
+}  // namespace
+
+at::Tensor k_erfinv(const at::Tensor& self) {
+  return float_unary("erfinv", self, [](auto x) -> decltype(x) {
+    return static_cast<decltype(x)>(erfinv_d(static_cast<double>(x)));
+  });
+}
+
+at::Tensor k_lgamma(const at::Tensor& self) {
+  return float_unary("lgamma", self, [](auto x) -> decltype(x) { return std::lgamma(x); });
+}
+
+at::Tensor k_digamma(const at::Tensor& self) {
+  return float_unary("digamma", self, [](auto x) -> decltype(x) {
+    return static_cast<decltype(x)>(digamma_d(static_cast<double>(x)));
+  });
+}
+
+at::Tensor k_sinc(const at::Tensor& self) {
+  return float_unary("sinc", self, [](auto x) -> decltype(x) {
+    using M = decltype(x);
+    if (x == M(0)) return M(1);
+    const M px = static_cast<M>(M_PI) * x;
+    return std::sin(px) / px;
+  });
+}
+
+at::Tensor k_deg2rad(const at::Tensor& self) {
+  return float_unary("deg2rad", self, [](auto x) -> decltype(x) {
+    return x * static_cast<decltype(x)>(M_PI / 180.0);
+  });
+}
+
+at::Tensor k_rad2deg(const at::Tensor& self) {
+  return float_unary("rad2deg", self, [](auto x) -> decltype(x) {
+    return x * static_cast<decltype(x)>(180.0 / M_PI);
+  });
+}
+
+at::Tensor k_logit(const at::Tensor& self, std::optional<double> eps) {
+  return unary_kernel<kFloating>("logit", self, float_compute(self.scalar_type()), [eps](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const bool clamp = eps.has_value();
+    const M lo = clamp ? static_cast<M>(*eps) : M(0), hi = M(1) - lo;
+    return [=](M x) -> M {
+      if (clamp) x = x < lo ? lo : (x > hi ? hi : x);
+      return std::log(x / (M(1) - x));
+    };
+  });
+}
+
+at::Tensor k_signbit(const at::Tensor& self) {
+  return unary_kernel<kAll, bool>("signbit", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> bool {
+      if constexpr (std::is_floating_point_v<M>) return std::signbit(x);
+      else if constexpr (std::is_signed_v<M>) return x < 0;
+      else return false;
     };
   });
 }
