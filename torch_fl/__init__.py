@@ -38,7 +38,14 @@ _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = ["__version__", *sorted(_WHERE)]
 
 
+# submodules reachable as attributes without importing them first
+_SUBMODULES = ("compare", "compat", "discovery", "distributed", "fallback", "memory", "models",
+               "ops", "precision", "quantization", "testing")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     mod = _WHERE.get(name)
     if mod is None:
         raise AttributeError(f"module 'torch_fl' has no attribute {name!r}")
