@@ -108,6 +108,12 @@ def test_compare_precision_numbers():
     assert lo.max_abs > 1e-3 and not lo.ok and 0.99 < lo.cosine < 1.0
     outs = torch_fl.compare_precision(lambda x: (x.relu(), x.sum(0)), (a,), "cpu", DEVICE)
     assert [o.shape for o in outs] == [[32, 64], [64]]
+    # default tolerances follow the output dtype: integers must be exact
+    (idx,) = torch_fl.compare_precision(lambda x: x.argmax(1), (a,), "cpu", DEVICE)
+    assert idx.ok and idx.max_abs == 0 and idx.dtype_b == "int64"
+    (off,) = torch_fl.compare_precision(
+        lambda x: x.argmax(1) + (1 if x.device.type != "cpu" else 0), (a,), "cpu", DEVICE)
+    assert not off.ok and off.max_abs == 1
 
 
 def _tiny_model():

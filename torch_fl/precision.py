@@ -231,11 +231,13 @@ def _to(value, device):
 
 
 def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b: Any = None,
-                      atol: float = 1e-5, rtol: float = 1.3e-6) -> list[TensorDiff]:
+                      atol: float | None = None, rtol: float | None = None) -> list[TensorDiff]:
     """Run fn(*inputs) on device_a and on device_b (inputs copied to each) and
     compare every tensor output: one TensorDiff per output (flattened in pytree
     order), with device_a as the reference. device_b defaults to the first
-    non-CPU device."""
+    non-CPU device. atol/rtol default per output dtype to the conformance
+    tolerances (float32: 1e-5 / 1.3e-6, bfloat16: 1e-2 / 1.6e-2, ...; exact
+    for integers)."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -247,4 +249,11 @@ def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b
     out_b = [t for t in tree_leaves(fn(*_to(args, dev_b))) if isinstance(t, torch.Tensor)]
     if len(out_a) != len(out_b):
         raise RuntimeError(f"fn returned {len(out_a)} tensors on {dev_a} but {len(out_b)} on {dev_b}")
-    return [tensor_diff(a, b, atol, rtol) for a, b in zip(out_a, out_b)]
+    from .testing.conformance import default_tolerance
+
+    diffs = []
+    for a, b in zip(out_a, out_b):
+        d_atol, d_rtol = default_tolerance(b.dtype)
+        diffs.append(tensor_diff(a, b, d_atol if atol is None else atol,
+                                 d_rtol if rtol is None else rtol))
+    return diffs
