@@ -59,15 +59,29 @@ std::array<int64_t, 2> param2(const char* op, const char* name, at::IntArrayRef 
 // View a 3-d (N, C, L) tensor as (N, C, 1, L).
 at::Tensor as4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(2) : t; }
 
-// im2col of one image/group: big (Cg, H, W) dense -> col (K, P).
+// Images per GEMM: small images are batched so one GEMM covers several of
+// them (a 1x1 or 2x2 late-ResNet feature map would otherwise give GEMMs with a
+// handful of columns that re-read the whole weight per image), while the
+// column buffer stays below ~16 MB.
+int64_t images_per_gemm(const ConvGeom& g) {
+  constexpr int64_t kTargetCols = 512;
+  constexpr int64_t kMaxColElems = int64_t(4) << 20;
+  const int64_t P = std::max<int64_t>(g.P(), 1), K = std::max<int64_t>(g.K(), 1);
+  int64_t nb = std::max<int64_t>(1, (kTargetCols + P - 1) / P);
+  nb = std::min(nb, std::max<int64_t>(1, kMaxColElems / (K * P)));
+  return std::max<int64_t>(1, std::min(nb, g.N));
+}
+
+// im2col of one image/group: big (Cg, H, W) dense -> col (K, P) with row
+// stride ld (several images share a column buffer side by side).
 template <class T>
-void im2col(const ConvGeom& g, const T* big, T* col) {
+void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
   const int64_t Cg = g.Cg();
   for (int64_t c = 0; c < Cg; ++c) {
     const T* plane = big + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        T* row = col + ((c * g.kh + ki) * g.kw + kj) * g.P();
+        T* row = col + ((c * g.kh + ki) * g.kw + kj) * ld;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           T* dst = row + oh * g.Wo;
@@ -96,24 +110,30 @@ void im2col(const ConvGeom& g, const T* big, T* col) {
   }
 }
 
-// col2im of one image/group: big (Cg, H, W) += scatter of col (K, P).
+// col2im of one image/group: big (Cg, H, W) += scatter of col (K, P), row stride ld.
 template <class T>
-void col2im(const ConvGeom& g, const T* col, T* big) {
+void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
   const int64_t Cg = g.Cg();
   for (int64_t c = 0; c < Cg; ++c) {
     T* plane = big + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * g.P();
+        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * ld;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           if (ih < 0 || ih >= g.H) continue;
           T* dst = plane + ih * g.W;
           const T* src = row + oh * g.Wo;
           const int64_t off = kj * g.dw - g.pw;
-          for (int64_t ow = 0; ow < g.Wo; ++ow) {
-            const int64_t iw = ow * g.sw + off;
-            if (iw >= 0 && iw < g.W) dst[iw] += src[ow];
+          if (g.sw == 1) {
+            const int64_t lo = std::min(g.Wo, std::max<int64_t>(0, -off));
+            const int64_t hi = std::max(lo, std::min(g.Wo, g.W - off));
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow + off] += src[ow];
+          } else {
+            for (int64_t ow = 0; ow < g.Wo; ++ow) {
+              const int64_t iw = ow * g.sw + off;
+              if (iw >= 0 && iw < g.W) dst[iw] += src[ow];
+            }
           }
         }
       }
@@ -121,22 +141,50 @@ void col2im(const ConvGeom& g, const T* col, T* big) {
   }
 }
 
+// Small-side block of group grp for images [n0, n0+nb) as an (Og, nb*P)
+// matrix: copied between the (N, O, P) tensor layout and a side-by-side buffer.
+template <class T>
+void gather_small(const ConvGeom& g, const T* small, int64_t n0, int64_t nb, int64_t grp, T* buf) {
+  const int64_t P = g.P(), ld = nb * P;
+  for (int64_t o = 0; o < g.Og(); ++o)
+    for (int64_t j = 0; j < nb; ++j)
+      std::memcpy(buf + o * ld + j * P, small + ((n0 + j) * g.O + grp * g.Og() + o) * P,
+                  sizeof(T) * P);
+}
+template <class T>
+void scatter_small(const ConvGeom& g, const T* buf, int64_t n0, int64_t nb, int64_t grp, T* small) {
+  const int64_t P = g.P(), ld = nb * P;
+  for (int64_t o = 0; o < g.Og(); ++o)
+    for (int64_t j = 0; j < nb; ++j)
+      std::memcpy(small + ((n0 + j) * g.O + grp * g.Og() + o) * P, buf + o * ld + j * P,
+                  sizeof(T) * P);
+}
+
 // small (N, O, Ho, Wo) = conv(big (N, C, H, W), w (O, Cg, kh, kw)); dense arrays.
 template <class T>
 void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
-  std::vector<T> col;
-  if (!g.pointwise()) col.resize(static_cast<size_t>(g.K() * g.P()));
-  for (int64_t n = 0; n < g.N; ++n) {
+  const int64_t nbmax = images_per_gemm(g);
+  const bool direct = g.pointwise() && nbmax == 1;  // 1x1: the image is its own column matrix
+  std::vector<T> col, tmp;
+  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
+  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
+  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
+    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* b = big + (n * g.C + grp * g.Cg()) * g.H * g.W;
-      const T* cm_ = b;
-      if (!g.pointwise()) {
-        im2col(g, b, col.data());
+      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
+      if (!direct) {
+        for (int64_t j = 0; j < nb; ++j)
+          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W, col.data() + j * g.P(), ld);
         cm_ = col.data();
       }
       Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
-      Mat<T> B{cm_, g.K(), g.P(), g.P(), 1};
-      nn::gemm<T>(op, A, B, T(1), T(0), small + (n * g.O + grp * g.Og()) * g.P(), g.P());
+      Mat<T> B{cm_, g.K(), ld, ld, 1};
+      if (nb == 1) {
+        nn::gemm<T>(op, A, B, T(1), T(0), small + (n0 * g.O + grp * g.Og()) * g.P(), g.P());
+      } else {
+        nn::gemm<T>(op, A, B, T(1), T(0), tmp.data(), ld);
+        scatter_small(g, tmp.data(), n0, nb, grp, small);
+      }
     }
   }
 }
@@ -144,20 +192,31 @@ void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* sm
 // big (N, C, H, W) = conv^T(small (N, O, Ho, Wo), w): the input gradient of a plain conv.
 template <class T>
 void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w, T* big) {
-  std::vector<T> col;
-  if (!g.pointwise()) col.resize(static_cast<size_t>(g.K() * g.P()));
-  for (int64_t n = 0; n < g.N; ++n) {
+  const int64_t nbmax = images_per_gemm(g);
+  const bool direct = g.pointwise() && nbmax == 1;
+  std::vector<T> col, tmp;
+  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
+  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
+  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
+    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      T* b = big + (n * g.C + grp * g.Cg()) * g.H * g.W;
       // W_g^T: (K x Og) view of the (Og x K) row-major block.
       Mat<T> A{w + grp * g.Og() * g.K(), g.K(), g.Og(), 1, g.K()};
-      Mat<T> B{small + (n * g.O + grp * g.Og()) * g.P(), g.Og(), g.P(), g.P(), 1};
-      if (g.pointwise()) {
-        nn::gemm<T>(op, A, B, T(1), T(0), b, g.P());
-      } else {
-        nn::gemm<T>(op, A, B, T(1), T(0), col.data(), g.P());
+      const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
+      if (nb > 1) {
+        gather_small(g, small, n0, nb, grp, tmp.data());
+        s = tmp.data();
+      }
+      Mat<T> B{s, g.Og(), ld, ld, 1};
+      if (direct) {
+        nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.H * g.W, g.P());
+        continue;
+      }
+      nn::gemm<T>(op, A, B, T(1), T(0), col.data(), ld);
+      for (int64_t j = 0; j < nb; ++j) {
+        T* b = big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W;
         std::fill(b, b + g.Cg() * g.H * g.W, T(0));
-        col2im(g, col.data(), b);
+        col2im(g, col.data() + j * g.P(), ld, b);
       }
     }
   }
@@ -166,19 +225,28 @@ void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w
 // gw (O, Cg, kh, kw) = sum_n small_n @ im2col(big_n)^T.
 template <class T>
 void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* small, T* gw) {
-  std::vector<T> col;
-  if (!g.pointwise()) col.resize(static_cast<size_t>(g.K() * g.P()));
+  const int64_t nbmax = images_per_gemm(g);
+  const bool direct = g.pointwise() && nbmax == 1;
+  std::vector<T> col, tmp;
+  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
+  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
   std::fill(gw, gw + g.O * g.K(), T(0));
-  for (int64_t n = 0; n < g.N; ++n) {
+  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
+    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* b = big + (n * g.C + grp * g.Cg()) * g.H * g.W;
-      const T* cm_ = b;
-      if (!g.pointwise()) {
-        im2col(g, b, col.data());
+      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
+      if (!direct) {
+        for (int64_t j = 0; j < nb; ++j)
+          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W, col.data() + j * g.P(), ld);
         cm_ = col.data();
       }
-      Mat<T> A{small + (n * g.O + grp * g.Og()) * g.P(), g.Og(), g.P(), g.P(), 1};
-      Mat<T> Bt{cm_, g.P(), g.K(), 1, g.P()};  // col^T
+      const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
+      if (nb > 1) {
+        gather_small(g, small, n0, nb, grp, tmp.data());
+        s = tmp.data();
+      }
+      Mat<T> A{s, g.Og(), ld, ld, 1};
+      Mat<T> Bt{cm_, ld, g.K(), 1, ld};  // col^T
       nn::gemm<T>(op, A, Bt, T(1), T(1), gw + grp * g.Og() * g.K(), g.K());
     }
   }

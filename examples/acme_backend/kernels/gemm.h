@@ -5,6 +5,7 @@
 // transpose flag, anything else is packed first.
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <cblas.h>
@@ -65,10 +66,12 @@ inline void pack(const Mat<T>& m, std::vector<T>& buf) {
     for (int64_t j = 0; j < m.cols; ++j) buf[i * m.cols + j] = m.p[i * m.rs + j * m.cs];
 }
 
-// BLAS's own thread count at first use (OPENBLAS_NUM_THREADS or the cores).
+// Threads for a large GEMM: BLAS's own count (OPENBLAS_NUM_THREADS or the
+// cores), capped by torch's intra-op thread setting so torch.set_num_threads
+// governs acme's kernels as it governs CPU ones.
 inline int default_threads() {
-  static const int n = scipy_openblas_get_num_threads();
-  return n;
+  static const int blas_max = scipy_openblas_get_num_threads();
+  return std::max(1, std::min(blas_max, at::get_num_threads()));
 }
 
 // Sets BLAS's (process-wide) thread count when it differs from the last one
