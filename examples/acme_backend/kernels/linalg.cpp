@@ -1,4 +1,5 @@
-// acme linear-algebra kernels: mm, bmm, addmm, baddbmm, dot, mv, addmv.
+// acme linear-algebra kernels: mm, bmm, addmm, baddbmm, addbmm, addr, dot,
+// vdot, mv, addmv, _addmm_activation, linalg_cross.
 // All products go through acme's GEMM (gemm.h -> vendor BLAS). float32 and
 // float64 operands are handed to BLAS in place, strides and transposition
 // included; float16/bfloat16 operands are widened to float32, multiplied, and
@@ -8,6 +9,8 @@
 
 #include "gemm.h"
 #include "nn_buffers.h"
+
+#include <cmath>
 
 namespace acme::kernels {
 namespace {
@@ -177,6 +180,141 @@ at::Tensor k_dot(const at::Tensor& self, const at::Tensor& tensor) {
   // (1 x k) @ (k x 1) through the same GEMM path, then drop both dims.
   return matmul_impl(op, self.unsqueeze(0), tensor.unsqueeze(1), nullptr, 0.0, 1.0)
       .reshape({});
+}
+
+at::Tensor k_vdot(const at::Tensor& self, const at::Tensor& other) {
+  // acme has no complex dtypes, so vdot (conjugating dot) is dot.
+  return k_dot(self, other);
+}
+
+at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                  const at::Scalar& beta, const at::Scalar& alpha) {
+  const char* op = "addr";
+  ACME_CHECK_T(vec1.dim() == 1 && vec2.dim() == 1, op, vec1, "vec1 and vec2 must be 1-d, got ",
+               vec1.dim(), "-d and ", vec2.dim(), "-d");
+  check_float_operand(op, vec1, vec1, "vec1");
+  check_float_operand(op, vec1, vec2, "vec2");
+  check_float_operand(op, vec1, self, "self");
+  ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
+  // outer product as an (m x 1) @ (1 x n) GEMM
+  return matmul_impl(op, vec1.unsqueeze(1), vec2.unsqueeze(0), &self, beta.to<double>(),
+                     alpha.to<double>());
+}
+
+at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                    const at::Scalar& beta, const at::Scalar& alpha) {
+  const char* op = "addbmm";
+  ACME_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
+  ACME_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
+  check_float_operand(op, batch1, batch1, "batch1");
+  check_float_operand(op, batch1, batch2, "batch2");
+  check_float_operand(op, batch1, self, "self");
+  ACME_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
+             " vs ", batch2.size(0));
+  ACME_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
+             batch1.sizes(), " and ", batch2.sizes(), ")");
+  ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
+  const int64_t B = batch1.size(0), m = batch1.size(1), n = batch2.size(2);
+  const double b = beta.to<double>(), a = alpha.to<double>();
+  at::Tensor out = at::empty({m, n}, batch1.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, batch1, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    MatSource<Acc> sa(op, batch1), sb(op, batch2);
+    nn::OutBuf<Acc> ob(out);
+    Acc* c = ob.data();
+    const bool use_bias = b != 0.0;
+    if (use_bias) {
+      nn::load_into<Acc>(op, self, {m, n}, c);
+      for (int64_t i = 0; i < m * n; ++i) c[i] *= static_cast<Acc>(b);
+    } else {
+      std::fill(c, c + m * n, Acc(0));
+    }
+    // sum of products accumulates in C (beta 1 after the bias)
+    for (int64_t k = 0; k < B; ++k)
+      nn::gemm<Acc>(op, sa.at(k), sb.at(k), static_cast<Acc>(a), Acc(1), c, n);
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k__addmm_activation(const at::Tensor& self, const at::Tensor& mat1,
+                               const at::Tensor& mat2, const at::Scalar& beta,
+                               const at::Scalar& alpha, bool use_gelu) {
+  const char* op = "_addmm_activation";
+  ACME_CHECK_T(mat1.dim() == 2 && mat2.dim() == 2, op, mat1, "mat1 and mat2 must be matrices");
+  check_float_operand(op, mat1, mat1, "mat1");
+  check_float_operand(op, mat1, mat2, "mat2");
+  check_float_operand(op, mat1, self, "self");
+  ACME_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
+             mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
+  const int64_t m = mat1.size(0), n = mat2.size(1);
+  const double b = beta.to<double>(), a = alpha.to<double>();
+  at::Tensor out = at::empty({m, n}, mat1.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, mat1, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    MatSource<Acc> sa(op, mat1), sb(op, mat2);
+    nn::OutBuf<Acc> ob(out);
+    Acc* c = ob.data();
+    if (b != 0.0) nn::load_into<Acc>(op, self, {m, n}, c);
+    nn::gemm<Acc>(op, sa.at(0), sb.at(0), static_cast<Acc>(a), static_cast<Acc>(b), c, n);
+    // fused epilogue: exact (erf) GELU or ReLU, before the single rounding
+    if (use_gelu) {
+      for (int64_t i = 0; i < m * n; ++i)
+        c[i] = Acc(0.5) * c[i] * (Acc(1) + std::erf(c[i] * static_cast<Acc>(M_SQRT1_2)));
+    } else {
+      for (int64_t i = 0; i < m * n; ++i) c[i] = c[i] > Acc(0) ? c[i] : (std::isnan(c[i]) ? c[i] : Acc(0));
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64_t dim) {
+  const char* op = "linalg_cross";
+  check_float_operand(op, self, self, "self");
+  check_float_operand(op, self, other, "other");
+  ACME_CHECK(self.dim() == other.dim(), op, "inputs must have the same number of dimensions, got ",
+             self.dim(), " and ", other.dim());
+  const int64_t nd = self.dim();
+  ACME_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for ", nd, "-d inputs");
+  if (dim < 0) dim += nd;
+  std::vector<int64_t> shape(static_cast<size_t>(nd));
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t x = self.size(d), y = other.size(d);
+    ACME_CHECK(x == y || x == 1 || y == 1, op, "shapes ", self.sizes(), " and ", other.sizes(),
+               " do not broadcast");
+    shape[d] = x == 1 ? y : x;
+  }
+  ACME_CHECK(self.size(dim) == 3 && other.size(dim) == 3, op,
+             "inputs dimension ", dim, " must have length 3, got ", self.size(dim), " and ",
+             other.size(dim));
+  at::Tensor out = at::empty(shape, self.options());
+  if (out.numel() == 0) return out;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= shape[d];
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto a = nn::load<Acc>(op, self, shape);
+    auto b = nn::load<Acc>(op, other, shape);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t base = o * 3 * inner + i;
+        const Acc* x = a.data() + base;
+        const Acc* y = b.data() + base;
+        Acc* z = ob.data() + base;
+        const Acc x0 = x[0], x1 = x[inner], x2 = x[2 * inner];
+        const Acc y0 = y[0], y1 = y[inner], y2 = y[2 * inner];
+        z[0] = x1 * y2 - x2 * y1;
+        z[inner] = x2 * y0 - x0 * y2;
+        z[2 * inner] = x0 * y1 - x1 * y0;
+      }
+    ob.finish(op);
+  });
+  return out;
 }
 
 }  // namespace acme::kernels
