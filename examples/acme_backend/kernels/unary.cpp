@@ -319,11 +319,19 @@ at::Tensor k_logit(const at::Tensor& self, std::optional<double> eps) {
   });
 }
 
+namespace {
+// Out of line on purpose: GCC 12 at -O3 crashes (ICE in extract_insn) when it
+// vectorizes std::signbit on float inside the elementwise loop.
+[[gnu::noinline]] bool signbit_of(double x) { return std::signbit(x); }
+}  // namespace
+
 at::Tensor k_signbit(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("signbit", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> bool {
-      if constexpr (std::is_floating_point_v<M>) return std::signbit(x);
+      // Not std::signbit: gcc 12 at -O3 crashes (ICE) vectorizing it. copysign
+      // keeps the same meaning for -0.0 and NaNs with the sign bit set.
+      if constexpr (std::is_floating_point_v<M>) return std::copysign(M(1), x) < M(0);
       else if constexpr (std::is_signed_v<M>) return x < 0;
       else return false;
     };
