@@ -250,12 +250,15 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
+    // accumulate in opmath (float for float16/bfloat16) and round once at the end
+    T* o = static_cast<T*>(out.data_ptr());
+    std::vector<M> acc(static_cast<size_t>(out.numel()));
+    for (int64_t i = 0; i < out.numel(); ++i) acc[i] = static_cast<M>(o[i]);
     for_index_positions(op, out, dim, idx, &src, [&](char* o0, int64_t v, char* sp) {
-      char* dp = o0 + v * dstride;
-      T* dst = reinterpret_cast<T*>(dp);
+      const size_t at_ = static_cast<size_t>((o0 + v * dstride - base) / esz);
       const M x = static_cast<M>(*reinterpret_cast<const T*>(sp));
-      int64_t& c = count[static_cast<size_t>((dp - base) / esz)];
-      const M cur = static_cast<M>(*dst);
+      int64_t& c = count[at_];
+      const M cur = acc[at_];
       M r;
       if (c == 0) {
         r = x;  // the first value replaces self when include_self is false
@@ -268,16 +271,15 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
         }
       }
       ++c;
-      *dst = cvt<T>(r);
+      acc[at_] = r;
     });
-    if (kind == 2) {
-      T* o = static_cast<T*>(out.data_ptr());
-      for (int64_t i = 0; i < out.numel(); ++i) {
-        if (count[i] > 1) {
-          if constexpr (std::is_integral_v<M>) o[i] = cvt<T>(floor_divide_i(static_cast<M>(o[i]), static_cast<M>(count[i])));
-          else o[i] = cvt<T>(static_cast<M>(o[i]) / static_cast<M>(count[i]));
-        }
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      M r = acc[i];
+      if (kind == 2 && count[i] > 1) {
+        if constexpr (std::is_integral_v<M>) r = floor_divide_i(r, static_cast<M>(count[i]));
+        else r = r / static_cast<M>(count[i]);
       }
+      o[i] = cvt<T>(r);
     }
   });
   return out;
