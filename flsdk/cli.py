@@ -54,7 +54,7 @@ def cmd_gen(args) -> int:
     for item in result.drift:
         print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
     for item in result.skipped_variants:
-        print(f"  {'skipped':9} variant {item}: only single-tensor results can be derived")
+        print(f"  {'skipped':9} {item}")
     n_native = len(result.backend.ops)
     print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
           f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "

@@ -214,3 +214,24 @@ def test_cli_runs_as_a_module_without_traceback(backend):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout
+
+
+def test_custom_op_is_defined_and_registered(backend):
+    (backend / "opspec").mkdir()
+    (backend / "opspec" / "zeta_ops.yaml").write_text(
+        "family: zeta_ops\nops:\n  - op: zeta::scale2\n"
+        '    schema: "scale2(Tensor x, float factor=2.0) -> Tensor"\n    dtypes: [float32]\n')
+    device = backend / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - op: relu\n  - op: zeta::scale2\n"))
+    result = generate(backend)
+    assert "kernels/scale2.cpp" in result.stubs_created
+    stub = (backend / "kernels" / "scale2.cpp").read_text()
+    assert "at::Tensor k_scale2(const at::Tensor & x, double factor)" in stub
+    (backend / "kernels" / "scale2.cpp").write_text(
+        '#include "kernels.h"\nnamespace zeta::kernels {\n'
+        "at::Tensor k_scale2(const at::Tensor & x, double factor) {\n  return x;\n}\n}\n")
+    generate(backend)
+    registration = (backend / "generated" / "register_kernels.cpp").read_text()
+    assert 'm.def("scale2(Tensor x, float factor=2.0) -> Tensor");' in registration
+    assert 'm.impl("scale2", TORCH_FN(wrapper_scale2));' in registration
+    assert "TORCH_LIBRARY(zeta, m)" in registration

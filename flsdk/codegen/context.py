@@ -9,7 +9,7 @@ from __future__ import annotations
 import pprint
 from dataclasses import dataclass
 
-from torchgen.model import BaseTy, BaseType, ListType, NativeFunction, OptionalType
+from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
 from flsdk import __version__ as FLSDK_VERSION
 from flsdk.spec.model import Backend, OpSpec
@@ -41,7 +41,7 @@ GLUE_OPS = (
     "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",
     "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
     "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
-    "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice",
+    "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice", "_has_compatible_shallow_copy_type",
 )
 
 
@@ -55,10 +55,10 @@ class Wrapper:
     body: list[str]
 
 
-def _device_checks(f: NativeFunction) -> list[str]:
+def _device_checks(func: FunctionSchema) -> list[str]:
     """Lines checking that every tensor argument sits on one device."""
     lines = []
-    for arg in f.func.arguments.flat_all:
+    for arg in func.arguments.flat_all:
         t = arg.type
         if isinstance(t, BaseType) and t.name == BaseTy.Tensor:
             fn = "check_device"
@@ -68,17 +68,16 @@ def _device_checks(f: NativeFunction) -> list[str]:
             fn = "check_device_list"
         else:
             continue
-        lines.append(f'{fn}(device, {arg.name}, "{f.func.name}", "{arg.name}");')
+        lines.append(f'{fn}(common_device, {arg.name}, "{func.name}", "{arg.name}");')
     return lines
 
 
-def _functional_wrapper(f: NativeFunction) -> Wrapper:
-    sig = signatures.kernel_signature(f)
+def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
-        decl=signatures.wrapper_decl(f, name),
-        checks=_device_checks(f),
+        decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
+        checks=_device_checks(func),
         body=[f"return kernels::{sig.kernel}({sig.call_args});"],
     )
 
@@ -113,7 +112,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
-        checks=_device_checks(f_variant), body=body,
+        checks=_device_checks(f_variant.func), body=body,
     )
 
 
@@ -126,7 +125,9 @@ class BackendContext:
     """Everything the templates of one backend need."""
 
     values: dict
-    wrappers: list[Wrapper]
+    wrappers: list[Wrapper]          # aten ops
+    custom_wrappers: list[Wrapper]   # the backend's own ops (TORCH_LIBRARY(<name>))
+    custom_schemas: list[str]
     kernel_sigs: list[signatures.KernelSignature]
     registered_ops: list[str]
     skipped_variants: list[str]
@@ -136,19 +137,32 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     d = backend.descriptor
     functions = signatures.native_functions()
     aten_ops = [spec for spec in backend.ops if not spec.is_custom]
-    kernel_sigs = [signatures.kernel_signature(functions[spec.op]) for spec in aten_ops]
+    custom_ops = [spec for spec in backend.ops if spec.is_custom]
+    aten_sigs = {spec.op: signatures.kernel_signature(functions[spec.op]) for spec in aten_ops}
+    custom_sigs = {spec.op: signatures.custom_kernel_signature(spec.schema) for spec in custom_ops}
+    kernel_sigs = list(aten_sigs.values()) + list(custom_sigs.values())
+    custom_wrappers = [
+        _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema))
+        for spec in custom_ops if scan.status(kernel_name(spec)) == "native"
+    ]
     wrappers: list[Wrapper] = []
     skipped: list[str] = []
     for spec in aten_ops:
         if scan.status(kernel_name(spec)) != "native":
             continue
+        if spec.op in GLUE_OPS:
+            skipped.append(f"{spec.op}: the generated glue implements it")
+            continue
         f = functions[spec.op]
-        wrappers.append(_functional_wrapper(f))
+        wrappers.append(_functional_wrapper(aten_sigs[spec.op], f.func))
         for kind in spec.variants:
             variant = spec.variant_ops.get(kind)
+            if variant in GLUE_OPS:
+                skipped.append(f"{variant}: the generated glue implements it")
+                continue
             wrapper = _variant_wrapper(kind, functions[variant], f) if variant else None
             if wrapper is None:
-                skipped.append(f"{spec.op} {kind}")
+                skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
                 wrappers.append(wrapper)
     autocast = []
@@ -162,7 +176,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             continue
         seen.add((base, overload))
         autocast.append({"name": base, "overload": overload, "policy": spec.autocast})
-    registered = [w.op for w in wrappers]
+    registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
     values = {
         "ns": d.name,
         "package": f"torch_fl_{d.name}",
@@ -189,7 +203,10 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(registered, width=100),
     }
-    return BackendContext(values, wrappers, kernel_sigs, registered, skipped)
+    return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
+                          custom_schemas=[spec.schema for spec in custom_ops],
+                          kernel_sigs=kernel_sigs, registered_ops=registered,
+                          skipped_variants=skipped)
 
 
 def _allocator_defaults(allocator: dict) -> str:

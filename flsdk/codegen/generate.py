@@ -58,8 +58,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _stub_text(backend: Backend, op: str) -> str:
-    sig = signatures.signature_of(op)
+def _stub_text(backend: Backend, op: str, sig: signatures.KernelSignature) -> str:
     ns = backend.name
     return f"""// Kernel of aten::{op} on the {ns} device. Created once by `flsdk gen`; this file
 // is yours and flsdk never rewrites it. Until you delete the marker line below,
@@ -90,8 +89,13 @@ def _drift(root: Path, backend: Backend, torch_version: str) -> list[str]:
     except (OSError, ValueError):
         return []
     functions = signatures.native_functions()
+    custom = {spec.op: spec.schema for spec in backend.ops if spec.is_custom}
     changed = []
     for op, schema in sorted(old.get("schemas", {}).items()):
+        if "::" in op:
+            if op in custom and custom[op] != schema:
+                changed.append(f"{op}: {schema} -> {custom[op]}")
+            continue
         now = str(functions[op].func) if op in functions else None
         if now != schema:
             changed.append(f"{op}: {schema} -> {now or 'removed from torch ' + torch_version}")
@@ -112,14 +116,14 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     # compiled), but the scan below must see every kernel file.
     scan = scan_kernels(root)
     for spec in backend.ops:
-        if spec.is_custom:
-            continue
         kernel = kernel_name(spec)
         if scan.status(kernel) == "missing":
             rel = f"kernels/{kernel[2:]}.cpp"
             result.stubs_created.append(rel)
             if not (dry_run or check) and not (root / rel).exists():
-                atomic_write(root / rel, _stub_text(backend, spec.op))
+                sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
+                       else signatures.signature_of(spec.op))
+                atomic_write(root / rel, _stub_text(backend, spec.op, sig))
     if result.stubs_created and not (dry_run or check):
         scan = scan_kernels(root)
     wanted = {kernel_name(spec) for spec in backend.ops}
@@ -142,7 +146,8 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
         "runtime_init.cpp": {}, "allocator.h": {}, "allocator.cpp": {}, "guard.cpp": {},
         "hooks.cpp": {}, "minimal_ops.cpp": {}, "fallback.h": {}, "fallback.cpp": {},
         "kernels.h": {"kernels": ctx.kernel_sigs},
-        "register_kernels.cpp": {"wrappers": ctx.wrappers},
+        "register_kernels.cpp": {"wrappers": ctx.wrappers, "custom_wrappers": ctx.custom_wrappers,
+                                 "custom_schemas": ctx.custom_schemas},
         "autocast.cpp": {}, "python_module.cpp": {},
     }
     for name, extra in cpp.items():
@@ -158,8 +163,8 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
          cases_py=pprint.pformat(cases, width=100), skipped_py=pprint.pformat(skipped, width=100))
 
     lock = {"torch_version": torch_version,
-            "schemas": {spec.op: signatures.signature_of(spec.op).schema
-                        for spec in backend.ops if not spec.is_custom}}
+            "schemas": {spec.op: spec.schema if spec.is_custom else signatures.signature_of(spec.op).schema
+                        for spec in backend.ops}}
     writer.write(LOCK_FILE, json.dumps(lock, indent=1, sort_keys=True) + "\n", generated=False)
     result.seconds = time.perf_counter() - start
     return result
@@ -170,6 +175,9 @@ def _conformance_cases(backend: Backend, registered: list[str]):
     registered_set = set(registered)
     for spec in backend.ops:
         if spec.op not in registered_set:
+            continue
+        if spec.is_custom:
+            skipped[spec.op] = "custom op: no CPU reference kernel to compare with"
             continue
         if spec.skip_conformance:
             skipped[spec.op] = spec.skip_conformance

@@ -16,7 +16,7 @@ from torchgen.api import cpp
 from torchgen.api.translate import UnsatError, translate
 from torchgen.api.types import CppSignature, DispatcherSignature
 from torchgen.gen import parse_native_yaml
-from torchgen.model import NativeFunction
+from torchgen.model import FunctionSchema, NativeFunction
 
 
 def kernel_name(op_name: str) -> str:
@@ -61,31 +61,43 @@ def _params(f: NativeFunction):
 
 
 def kernel_signature(f: NativeFunction, wrapper_name: str = "wrapper") -> KernelSignature:
-    op = str(f.func.name)
-    name = kernel_name(op)
     with _params(f):
-        sig = CppSignature(
-            func=f.func, symint=False, method=False, faithful=True,
-            cpp_no_default_args=f.cpp_no_default_args,
+        return _signature_of_schema(f.func, f.cpp_no_default_args, wrapper_name)
+
+
+def custom_kernel_signature(schema: str, wrapper_name: str = "wrapper") -> KernelSignature:
+    """Signature of a vendor's custom op from its schema string ("fused_gelu(Tensor x) -> Tensor")."""
+    func = FunctionSchema.parse(schema)
+    with local.parametrize(use_const_ref_for_mutable_tensors=False,
+                           use_ilistref_for_tensor_lists=False):
+        return _signature_of_schema(func, set(), wrapper_name)
+
+
+def _signature_of_schema(func: FunctionSchema, no_default_args, wrapper_name: str) -> KernelSignature:
+    """Call inside local.parametrize (torchgen's signature rules depend on it)."""
+    op = str(func.name)
+    name = kernel_name(op)
+    sig = CppSignature(
+        func=func, symint=False, method=False, faithful=True,
+        cpp_no_default_args=no_default_args,
+    )
+    dispatcher = DispatcherSignature.from_schema(func)
+    try:
+        call_args = ", ".join(
+            e.expr for e in translate(dispatcher.arguments(), sig.arguments(), method=False)
         )
-        dispatcher = DispatcherSignature.from_schema(f.func)
-        try:
-            call_args = ", ".join(
-                e.expr for e in translate(dispatcher.arguments(), sig.arguments(), method=False)
-            )
-        except UnsatError:
-            call_args = _call_args_by_name(dispatcher, sig)
-        returns = cpp.returns_type(f.func.returns, symint=False).cpp_type()
-        return KernelSignature(
-            op=op,
-            kernel=name,
-            decl=sig.decl(name=name),
-            defn=sig.defn(name=name),
-            wrapper_decl=dispatcher.defn(name=wrapper_name),
-            call_args=call_args,
-            returns=returns,
-            schema=str(f.func),
-        )
+    except UnsatError:
+        call_args = _call_args_by_name(dispatcher, sig)
+    return KernelSignature(
+        op=op,
+        kernel=name,
+        decl=sig.decl(name=name),
+        defn=sig.defn(name=name),
+        wrapper_decl=dispatcher.defn(name=wrapper_name),
+        call_args=call_args,
+        returns=cpp.returns_type(func.returns, symint=False).cpp_type(),
+        schema=str(func),
+    )
 
 
 def _call_args_by_name(dispatcher: DispatcherSignature, sig: CppSignature) -> str:
