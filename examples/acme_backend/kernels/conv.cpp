@@ -1,6 +1,7 @@
 // acme convolution kernels: convolution_overrideable and
 // convolution_backward_overrideable, the ops PyTorch routes conv1d/conv2d and
-// conv_transpose1d/2d to on a PrivateUse1 device.
+// conv_transpose1d/2d to on a PrivateUse1 device; plus the im2col / col2im
+// ops (nn.Unfold / nn.Fold), which are this file's building blocks.
 //
 // Method: im2col + GEMM per image and group. Every direction is one of three
 // primitives on a "plain conv" geometry, where the big side has C channels of
@@ -439,6 +440,89 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     }
   });
   return {gi, gw, gb};
+}
+
+namespace {
+// Geometry of im2col/col2im ops: big side (C, H, W), one group, columns (Ho, Wo).
+ConvGeom fold_geom(const char* op, int64_t N, int64_t C, int64_t H, int64_t W,
+                   at::IntArrayRef kernel_size, at::IntArrayRef dilation,
+                   at::IntArrayRef padding, at::IntArrayRef stride) {
+  for (auto* a : {&kernel_size, &dilation, &padding, &stride})
+    ACME_CHECK(a->size() == 2, op, "kernel_size, dilation, padding and stride must have 2 values");
+  ConvGeom g;
+  g.N = N; g.G = 1; g.C = C; g.H = H; g.W = W; g.O = C;
+  g.kh = kernel_size[0]; g.kw = kernel_size[1];
+  g.dh = dilation[0]; g.dw = dilation[1];
+  g.ph = padding[0]; g.pw = padding[1];
+  g.sh = stride[0]; g.sw = stride[1];
+  ACME_CHECK(g.kh > 0 && g.kw > 0 && g.dh > 0 && g.dw > 0 && g.sh > 0 && g.sw > 0, op,
+             "kernel_size, dilation and stride must be positive");
+  ACME_CHECK(g.ph >= 0 && g.pw >= 0, op, "padding must be non-negative");
+  g.Ho = (H + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.Wo = (W + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  ACME_CHECK(g.Ho > 0 && g.Wo > 0, op, "the kernel does not fit: input (", H, ", ", W,
+             "), kernel ", kernel_size, ", dilation ", dilation, ", padding ", padding);
+  return g;
+}
+}  // namespace
+
+at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef dilation,
+                    at::IntArrayRef padding, at::IntArrayRef stride) {
+  const char* op = "im2col";
+  check_conv_dtype(op, self, self, "self");
+  ACME_CHECK_T(self.dim() == 3 || self.dim() == 4, op, self,
+               "expected 3-d (C, H, W) or 4-d (N, C, H, W) input, got ", self.sizes());
+  const bool batched = self.dim() == 4;
+  const at::Tensor x4 = batched ? self : self.unsqueeze(0);
+  const ConvGeom g = fold_geom(op, x4.size(0), x4.size(1), x4.size(2), x4.size(3), kernel_size,
+                               dilation, padding, stride);
+  std::vector<int64_t> shape{g.N, g.K(), g.P()};
+  if (!batched) shape.erase(shape.begin());
+  at::Tensor out = at::empty(shape, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, x4);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t n = 0; n < g.N; ++n)
+      im2col(g, x.data() + n * g.C * g.H * g.W, ob.data() + n * g.K() * g.P(), g.P());
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
+                    at::IntArrayRef kernel_size, at::IntArrayRef dilation,
+                    at::IntArrayRef padding, at::IntArrayRef stride) {
+  const char* op = "col2im";
+  check_conv_dtype(op, self, self, "self");
+  ACME_CHECK_T(self.dim() == 2 || self.dim() == 3, op, self,
+               "expected 2-d (C*kh*kw, L) or 3-d (N, C*kh*kw, L) input, got ", self.sizes());
+  ACME_CHECK(output_size.size() == 2 && kernel_size.size() == 2, op,
+             "output_size and kernel_size must have 2 values");
+  const bool batched = self.dim() == 3;
+  const at::Tensor c3 = batched ? self : self.unsqueeze(0);
+  const int64_t kk = kernel_size[0] * kernel_size[1];
+  ACME_CHECK_T(kk > 0 && c3.size(1) % kk == 0, op, self, "expected size(-2) = ", c3.size(1),
+               " to be divisible by the kernel size ", kk);
+  const ConvGeom g = fold_geom(op, c3.size(0), c3.size(1) / kk, output_size[0], output_size[1],
+                               kernel_size, dilation, padding, stride);
+  ACME_CHECK_T(c3.size(2) == g.P(), op, self, "expected ", g.P(),
+               " blocks (size(-1)) for output_size ", output_size, ", got ", c3.size(2));
+  std::vector<int64_t> shape{g.N, g.C, g.H, g.W};
+  if (!batched) shape.erase(shape.begin());
+  at::Tensor out = at::empty(shape, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto c = nn::load<Acc>(op, c3);
+    nn::OutBuf<Acc> ob(out);
+    std::fill(ob.data(), ob.data() + out.numel(), Acc(0));
+    for (int64_t n = 0; n < g.N; ++n)
+      col2im(g, c.data() + n * g.K() * g.P(), g.P(), ob.data() + n * g.C * g.H * g.W);
+    ob.finish(op);
+  });
+  return out;
 }
 
 }  // namespace acme::kernels

@@ -1,5 +1,6 @@
 // acme normalization kernels: native_batch_norm (+ backward),
-// _native_batch_norm_legit, native_layer_norm (+ backward).
+// _native_batch_norm_legit, native_layer_norm (+ backward), native_group_norm
+// (+ backward), renorm.
 //
 // Inputs are staged as dense compute-type arrays; statistics accumulate in
 // double (two passes: mean, then centred sum of squares) so float32 results
@@ -428,6 +429,197 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     }
   });
   return {gi, gw, gb};
+}
+
+// ---- group norm ---------------------------------------------------------------
+
+namespace {
+void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_t C, int64_t HxW,
+                      int64_t group) {
+  ACME_CHECK(group > 0 && C % group == 0, op, "C = ", C, " must be divisible by group = ", group);
+  ACME_CHECK_T(input.numel() == N * C * HxW, op, input, "input has ", input.numel(),
+               " elements, expected N * C * HxW = ", N, " * ", C, " * ", HxW);
+}
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_group_norm(
+    const at::Tensor& input, const ::std::optional<at::Tensor>& weight_,
+    const ::std::optional<at::Tensor>& bias_, int64_t N, int64_t C, int64_t HxW, int64_t group,
+    double eps) {
+  const char* op = "native_group_norm";
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
+  check_float(op, input, input, "input");
+  check_float(op, input, weight, "weight");
+  check_float(op, input, bias, "bias");
+  check_group_args(op, input, N, C, HxW, group);
+  const auto sdt = stat_dtype(input, {&weight, &bias});
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor mean = at::empty({N, group}, input.options().dtype(sdt));
+  at::Tensor rstd = at::empty({N, group}, input.options().dtype(sdt));
+  if (N == 0) return {out, mean, rstd};
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t Cg = C / group, D = Cg * HxW;
+    auto x = nn::load<Acc>(op, input);
+    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    auto b = chan_vec<Acc>(op, bias, C, Acc(0), "bias");
+    std::vector<Acc> mv(N * group), rv(N * group);
+    std::optional<nn::OutBuf<Acc>> ob;
+    if (out.numel()) ob.emplace(out);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const Acc* p = x.data() + (n * group + gi) * D;
+        double s = 0, q = 0;
+        for (int64_t i = 0; i < D; ++i) s += p[i];
+        const double mu = D ? s / D : 0.0;
+        for (int64_t i = 0; i < D; ++i) q += (p[i] - mu) * (p[i] - mu);
+        const double var = D ? q / D : 0.0;
+        const Acc m = static_cast<Acc>(mu), is = static_cast<Acc>(1.0 / std::sqrt(var + eps));
+        mv[n * group + gi] = m;
+        rv[n * group + gi] = is;
+        if (!ob) continue;
+        Acc* o = ob->data() + (n * group + gi) * D;
+        for (int64_t c = 0; c < Cg; ++c) {
+          const int64_t ch = gi * Cg + c;
+          const Acc scale = is * w[ch], shift = b[ch] - m * scale;
+          for (int64_t i = 0; i < HxW; ++i) o[c * HxW + i] = p[c * HxW + i] * scale + shift;
+        }
+      }
+    if (ob) ob->finish(op);
+    nn::store<Acc>(op, mv.data(), mean);
+    nn::store<Acc>(op, rv.data(), rstd);
+  });
+  return {out, mean, rstd};
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor> k_native_group_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_, int64_t N, int64_t C,
+    int64_t HxW, int64_t group, ::std::array<bool, 3> output_mask) {
+  const char* op = "native_group_norm_backward";
+  const at::Tensor& weight = opt(weight_);
+  check_float(op, input, input, "input");
+  check_float(op, input, grad_out, "grad_out");
+  check_float(op, input, mean, "mean");
+  check_float(op, input, rstd, "rstd");
+  check_float(op, input, weight, "weight");
+  check_group_args(op, input, N, C, HxW, group);
+  ACME_CHECK_T(grad_out.numel() == input.numel(), op, grad_out, "grad_out must match input");
+  ACME_CHECK_T(mean.numel() == N * group && rstd.numel() == N * group, op, mean,
+               "mean and rstd must have N * group = ", N * group, " elements");
+  const auto sdt = stat_dtype(input, {&weight});
+  const auto popts = weight.defined() ? weight.options() : input.options().dtype(sdt);
+  at::Tensor gi, gw, gb;
+  if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
+  if (output_mask[1]) gw = at::empty({C}, popts);
+  if (output_mask[2]) gb = at::empty({C}, popts);
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const int64_t Cg = C / group, D = Cg * HxW;
+    auto x = nn::load<Acc>(op, input);
+    auto dy = nn::load<Acc>(op, grad_out);
+    auto mu = nn::load<Acc>(op, mean);
+    auto rs = nn::load<Acc>(op, rstd);
+    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    std::vector<double> dw(C, 0.0), db(C, 0.0);
+    std::optional<nn::OutBuf<Acc>> ob;
+    if (gi.defined() && gi.numel()) ob.emplace(gi);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t base = (n * group + g) * D;
+        const Acc m = mu.data()[n * group + g], is = rs.data()[n * group + g];
+        double s1 = 0, s2 = 0;  // sum(dy*w), sum(dy*w*xhat) over the group
+        for (int64_t c = 0; c < Cg; ++c) {
+          const int64_t ch = g * Cg + c;
+          const Acc* px = x.data() + base + c * HxW;
+          const Acc* pd = dy.data() + base + c * HxW;
+          double a = 0, bsum = 0;
+          for (int64_t i = 0; i < HxW; ++i) {
+            const double xh = (px[i] - m) * is;
+            a += pd[i] * xh;
+            bsum += pd[i];
+          }
+          dw[ch] += a;
+          db[ch] += bsum;
+          s1 += bsum * w[ch];
+          s2 += a * w[ch];
+        }
+        if (!ob) continue;
+        const Acc ma = static_cast<Acc>(D ? s1 / D : 0.0), mb = static_cast<Acc>(D ? s2 / D : 0.0);
+        for (int64_t c = 0; c < Cg; ++c) {
+          const int64_t ch = g * Cg + c;
+          const Acc* px = x.data() + base + c * HxW;
+          const Acc* pd = dy.data() + base + c * HxW;
+          Acc* o = ob->data() + base + c * HxW;
+          for (int64_t i = 0; i < HxW; ++i) {
+            const Acc xh = (px[i] - m) * is;
+            o[i] = is * (pd[i] * w[ch] - ma - xh * mb);
+          }
+        }
+      }
+    if (ob) ob->finish(op);
+    if (gw.defined()) {
+      std::vector<Acc> v(dw.begin(), dw.end());
+      nn::store<Acc>(op, v.data(), gw);
+    }
+    if (gb.defined()) {
+      std::vector<Acc> v(db.begin(), db.end());
+      nn::store<Acc>(op, v.data(), gb);
+    }
+  });
+  return {gi, gw, gb};
+}
+
+// ---- renorm -------------------------------------------------------------------
+
+at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
+                    const at::Scalar& maxnorm) {
+  const char* op = "renorm";
+  check_float(op, self, self, "self");
+  const double pv = p.to<double>(), mx = maxnorm.to<double>();
+  ACME_CHECK(pv > 0, op, "non-positive norm not supported, got p = ", pv);
+  ACME_CHECK(mx >= 0, op, "maxnorm must be non-negative, got ", mx);
+  const int64_t nd = std::max<int64_t>(self.dim(), 1);
+  ACME_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for a ", self.dim(),
+             "-d tensor");
+  if (dim < 0) dim += nd;
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  if (out.numel() == 0) return out;
+  int64_t outer = 1, S = 1, inner = 1;
+  if (self.dim() > 0) {
+    for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
+    S = self.size(dim);
+    for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
+  }
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    // norm of each slice self.select(dim, s), over all other dims
+    std::vector<double> norm(S, 0.0);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t s = 0; s < S; ++s) {
+        const Acc* q = x.data() + (o * S + s) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double a = std::abs(static_cast<double>(q[i]));
+          if (std::isinf(pv)) norm[s] = std::max(norm[s], a);
+          else norm[s] += pv == 1 ? a : (pv == 2 ? a * a : std::pow(a, pv));
+        }
+      }
+    std::vector<Acc> factor(S);
+    for (int64_t s = 0; s < S; ++s) {
+      const double n = std::isinf(pv) ? norm[s] : (pv == 1 ? norm[s] : (pv == 2 ? std::sqrt(norm[s]) : std::pow(norm[s], 1.0 / pv)));
+      factor[s] = static_cast<Acc>(n > mx ? mx / (n + 1e-7) : 1.0);
+    }
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t base = (o * S + s) * inner;
+        for (int64_t i = 0; i < inner; ++i) ob.data()[base + i] = x.data()[base + i] * factor[s];
+      }
+    ob.finish(op);
+  });
+  return out;
 }
 
 }  // namespace acme::kernels

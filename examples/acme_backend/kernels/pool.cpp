@@ -1,6 +1,7 @@
 // acme pooling kernels: max_pool2d_with_indices (+ backward), avg_pool2d
-// (+ backward), _adaptive_avg_pool2d (+ backward), on (C, H, W) or (N, C, H, W)
-// inputs. Each (n, c) plane is pooled independently on a dense staging copy
+// (+ backward), _adaptive_avg_pool2d (+ backward), adaptive_max_pool2d
+// (+ backward) on (C, H, W) or (N, C, H, W) inputs; max_pool3d_with_indices
+// and avg_pool3d on (C, D, H, W) or (N, C, D, H, W) inputs. Each (n, c) plane is pooled independently on a dense staging copy
 // in the compute type; outputs are contiguous. Max-pool indices are flat
 // offsets into the input plane (h * W + w), as PyTorch defines them.
 #include <ATen/core/Tensor.h>
@@ -359,6 +360,244 @@ at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const 
     ob.finish(op);
   });
   return gi;
+}
+
+::std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool2d(const at::Tensor& self,
+                                                           at::IntArrayRef output_size) {
+  const char* op = "adaptive_max_pool2d";
+  check_pool_input(op, self);
+  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
+  ACME_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "output_size must be positive, got ",
+             output_size);
+  const int64_t H = self.size(-2), W = self.size(-1);
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  const auto shape = out_shape(self, Ho, Wo);
+  at::Tensor out = at::empty(shape, self.options());
+  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
+  if (out.numel() == 0) return {out, idx};
+  const int64_t planes = self.numel() / (H * W);
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    int64_t* ip = idx.data_ptr<int64_t>();
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const Acc* in = x.data() + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+          Acc best = -std::numeric_limits<Acc>::infinity();
+          int64_t bi = hs * W + ws;
+          for (int64_t h = hs; h < he; ++h)
+            for (int64_t c = ws; c < we; ++c) {
+              const Acc v = in[h * W + c];
+              if (v > best || std::isnan(v)) {
+                best = v;
+                bi = h * W + c;
+                if (std::isnan(v)) { h = he; break; }
+              }
+            }
+          ob.data()[(pl * Ho + oh) * Wo + ow] = best;
+          ip[(pl * Ho + oh) * Wo + ow] = bi;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return {out, idx};
+}
+
+at::Tensor k_adaptive_max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                          const at::Tensor& indices) {
+  const char* op = "adaptive_max_pool2d_backward";
+  check_pool_input(op, self);
+  cm::check_same_device(op, self, grad_output, "grad_output");
+  cm::check_same_device(op, self, indices, "indices");
+  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
+               grad_output, "grad_output ", grad_output.sizes(), " and indices ",
+               indices.sizes(), " must have the same shape and the rank of self");
+  const int64_t H = self.size(-2), W = self.size(-1);
+  const int64_t per = grad_output.size(-2) * grad_output.size(-1);
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  const int64_t planes = self.numel() / (H * W);
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    auto ix = dense_long(op, indices);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t o = 0; o < per; ++o) {
+        const int64_t k = ix.ptr[pl * per + o];
+        ACME_CHECK(k >= 0 && k < H * W, op, "index ", k, " out of range for a plane of ", H * W);
+        ob.data()[pl * H * W + k] += go.data()[pl * per + o];
+      }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+// ---- 3-d pooling ------------------------------------------------------------------
+
+namespace {
+struct Pool3d {
+  int64_t planes = 0, D = 0, H = 0, W = 0, Do = 0, Ho = 0, Wo = 0;
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0}, d[3] = {1, 1, 1};
+};
+
+int64_t pick3(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt) {
+  if (v.empty()) return dflt;
+  ACME_CHECK(v.size() == 1 || v.size() == 3, op, name, " must be a single int or a triple, got ", v);
+  return v.size() == 1 ? v[0] : v[i];
+}
+
+Pool3d make_pool3d(const char* op, const at::Tensor& self, at::IntArrayRef kernel_size,
+                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                   bool ceil_mode) {
+  ACME_CHECK_T(self.dim() == 4 || self.dim() == 5, op, self,
+               "expected a 4-d (C, D, H, W) or 5-d (N, C, D, H, W) input, got ", self.sizes());
+  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
+  for (int64_t dd = 1; dd < self.dim(); ++dd)
+    ACME_CHECK_T(self.size(dd) > 0, op, self, "expected non-empty dims except the batch");
+  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
+  Pool3d p;
+  const int64_t in[3] = {self.size(-3), self.size(-2), self.size(-1)};
+  int64_t outs[3];
+  for (size_t i = 0; i < 3; ++i) {
+    p.k[i] = pick3(op, "kernel_size", kernel_size, i, 1);
+    p.s[i] = pick3(op, "stride", stride, i, p.k[i]);
+    p.p[i] = pick3(op, "padding", padding, i, 0);
+    p.d[i] = pick3(op, "dilation", dilation, i, 1);
+    ACME_CHECK(p.k[i] > 0 && p.s[i] > 0 && p.d[i] > 0, op,
+               "kernel_size, stride and dilation must be positive");
+    ACME_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
+               "pad should be at most half of effective kernel size, but got pad=", padding,
+               " and kernel_size=", kernel_size);
+    outs[i] = pooled_size(in[i], p.k[i], p.p[i], p.s[i], p.d[i], ceil_mode);
+    ACME_CHECK(outs[i] > 0, op, "output size is too small for input ", self.sizes());
+  }
+  p.D = in[0]; p.H = in[1]; p.W = in[2];
+  p.Do = outs[0]; p.Ho = outs[1]; p.Wo = outs[2];
+  p.planes = self.numel() / (p.D * p.H * p.W);
+  return p;
+}
+
+std::vector<int64_t> out_shape3(const at::Tensor& self, const Pool3d& p) {
+  std::vector<int64_t> s(self.sizes().begin(), self.sizes().end());
+  s[s.size() - 3] = p.Do;
+  s[s.size() - 2] = p.Ho;
+  s[s.size() - 1] = p.Wo;
+  return s;
+}
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor> k_max_pool3d_with_indices(const at::Tensor& self,
+                                                               at::IntArrayRef kernel_size,
+                                                               at::IntArrayRef stride,
+                                                               at::IntArrayRef padding,
+                                                               at::IntArrayRef dilation,
+                                                               bool ceil_mode) {
+  const char* op = "max_pool3d_with_indices";
+  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  const auto shape = out_shape3(self, p);
+  at::Tensor out = at::empty(shape, self.options());
+  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
+  if (out.numel() == 0) return {out, idx};
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    int64_t* ip = idx.data_ptr<int64_t>();
+    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      const Acc* in = x.data() + pl * vol;
+      int64_t o = pl * ovol;
+      for (int64_t od = 0; od < p.Do; ++od)
+        for (int64_t oh = 0; oh < p.Ho; ++oh)
+          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+            Acc best = -std::numeric_limits<Acc>::infinity();
+            int64_t bi = -1;
+            bool nan_found = false;
+            for (int64_t a = 0; a < p.k[0] && !nan_found; ++a) {
+              const int64_t z = od * p.s[0] - p.p[0] + a * p.d[0];
+              if (z < 0 || z >= p.D) continue;
+              for (int64_t b = 0; b < p.k[1] && !nan_found; ++b) {
+                const int64_t y = oh * p.s[1] - p.p[1] + b * p.d[1];
+                if (y < 0 || y >= p.H) continue;
+                for (int64_t c = 0; c < p.k[2]; ++c) {
+                  const int64_t xw = ow * p.s[2] - p.p[2] + c * p.d[2];
+                  if (xw < 0 || xw >= p.W) continue;
+                  const int64_t k = (z * p.H + y) * p.W + xw;
+                  const Acc v = in[k];
+                  if (bi < 0 || v > best || std::isnan(v)) {
+                    best = v;
+                    bi = k;
+                    if (std::isnan(v)) { nan_found = true; break; }
+                  }
+                }
+              }
+            }
+            ob.data()[o] = best;
+            ip[o] = bi;
+          }
+    }
+    ob.finish(op);
+  });
+  return {out, idx};
+}
+
+at::Tensor k_avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel_size,
+                        at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
+                        bool count_include_pad, ::std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool3d";
+  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, {}, ceil_mode);
+  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+             "divisor must be not zero");
+  at::Tensor out = at::empty(out_shape3(self, p), self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+    const int64_t in[3] = {p.D, p.H, p.W};
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      const Acc* src = x.data() + pl * vol;
+      int64_t o = pl * ovol;
+      for (int64_t od = 0; od < p.Do; ++od)
+        for (int64_t oh = 0; oh < p.Ho; ++oh)
+          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+            const int64_t oi[3] = {od, oh, ow};
+            int64_t st[3], en[3];
+            int64_t pool_size = 1, valid = 1;
+            for (int i = 0; i < 3; ++i) {
+              st[i] = oi[i] * p.s[i] - p.p[i];
+              en[i] = std::min(st[i] + p.k[i], in[i] + p.p[i]);
+              pool_size *= en[i] - st[i];
+              st[i] = std::max<int64_t>(st[i], 0);
+              en[i] = std::min(en[i], in[i]);
+              valid *= std::max<int64_t>(en[i] - st[i], 0);
+            }
+            if (valid == 0) {
+              ob.data()[o] = Acc(0);
+              continue;
+            }
+            double sum = 0;
+            for (int64_t z = st[0]; z < en[0]; ++z)
+              for (int64_t y = st[1]; y < en[1]; ++y)
+                for (int64_t xw = st[2]; xw < en[2]; ++xw) sum += src[(z * p.H + y) * p.W + xw];
+            const int64_t div = divisor_override.has_value() ? *divisor_override
+                                : count_include_pad              ? pool_size
+                                                                 : valid;
+            ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(div));
+          }
+    }
+    ob.finish(op);
+  });
+  return out;
 }
 
 }  // namespace acme::kernels

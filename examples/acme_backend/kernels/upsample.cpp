@@ -1,0 +1,216 @@
+// acme upsampling kernels: upsample_nearest2d and upsample_bilinear2d with
+// their backwards, on (N, C, H, W) inputs.
+//
+// Source coordinates follow PyTorch's rules exactly (they decide which input
+// pixels an output pixel reads, so they must match bit for bit): an explicit
+// scale factor s maps with 1/s, otherwise with in/out; nearest uses
+// floor(dst * scale) computed in float; bilinear uses the half-pixel rule
+// max(scale * (dst + 0.5) - 0.5, 0), or dst * (in-1)/(out-1) with
+// align_corners.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "nn_buffers.h"
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+
+void check_input(const char* op, const at::Tensor& t, const char* arg) {
+  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
+  ACME_CHECK_T(t.dim() == 4, op, t, "expected 4-d ", arg, " (N, C, H, W), got ", t.sizes());
+}
+
+void check_sizes(const char* op, at::IntArrayRef output_size) {
+  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
+  ACME_CHECK(output_size[0] > 0 && output_size[1] > 0, op,
+             "output_size must be positive, got ", output_size);
+}
+
+// ---- nearest ----
+float nearest_scale(int64_t in, int64_t out, std::optional<double> scale) {
+  return (scale.has_value() && *scale > 0) ? static_cast<float>(1.0 / *scale)
+                                           : static_cast<float>(in) / static_cast<float>(out);
+}
+int64_t nearest_src(int64_t dst, int64_t in, int64_t out, float scale) {
+  if (in == out) return dst;
+  if (out == 2 * in) return dst >> 1;
+  return std::min(static_cast<int64_t>(std::floor(static_cast<float>(dst) * scale)), in - 1);
+}
+std::vector<int64_t> nearest_map(int64_t in, int64_t out, std::optional<double> scale) {
+  std::vector<int64_t> m(static_cast<size_t>(out));
+  const float s = nearest_scale(in, out, scale);
+  for (int64_t i = 0; i < out; ++i) m[i] = nearest_src(i, in, out, s);
+  return m;
+}
+
+// ---- bilinear ----
+template <class Acc>
+struct Lin {
+  int64_t i0, i1;
+  Acc l0, l1;  // weights of i0 and i1
+};
+template <class Acc>
+Acc area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (align_corners) return out > 1 ? static_cast<Acc>(in - 1) / static_cast<Acc>(out - 1) : Acc(0);
+  return (scale.has_value() && *scale > 0) ? static_cast<Acc>(1.0 / *scale)
+                                           : static_cast<Acc>(in) / static_cast<Acc>(out);
+}
+template <class Acc>
+std::vector<Lin<Acc>> linear_map(int64_t in, int64_t out, bool align_corners,
+                                 std::optional<double> scale) {
+  std::vector<Lin<Acc>> m(static_cast<size_t>(out));
+  const Acc s = area_scale<Acc>(in, out, align_corners, scale);
+  for (int64_t i = 0; i < out; ++i) {
+    Acc src = align_corners ? s * static_cast<Acc>(i)
+                            : std::max(s * (static_cast<Acc>(i) + Acc(0.5)) - Acc(0.5), Acc(0));
+    const int64_t i0 = std::min(static_cast<int64_t>(src), in - 1);
+    const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
+    const Acc l1 = std::min(std::max(src - static_cast<Acc>(i0), Acc(0)), Acc(1));
+    m[i] = {i0, i1, Acc(1) - l1, l1};
+  }
+  return m;
+}
+
+}  // namespace
+
+at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                ::std::optional<double> scales_h,
+                                ::std::optional<double> scales_w) {
+  const char* op = "upsample_nearest2d";
+  check_input(op, self, "input");
+  check_sizes(op, output_size);
+  const int64_t N = self.size(0), C = self.size(1), H = self.size(2), W = self.size(3);
+  ACME_CHECK_T(H > 0 && W > 0, op, self, "input spatial size must be non-empty");
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  if (out.numel() == 0) return out;
+  const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* in = x.data() + pl * H * W;
+      Acc* o = ob.data() + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) o[oh * Wo + ow] = in[mh[oh] * W + mw[ow]];
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_upsample_nearest2d_backward(const at::Tensor& grad_output,
+                                         at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                         ::std::optional<double> scales_h,
+                                         ::std::optional<double> scales_w) {
+  const char* op = "upsample_nearest2d_backward";
+  check_input(op, grad_output, "grad_output");
+  check_sizes(op, output_size);
+  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
+  const int64_t N = input_size[0], C = input_size[1], H = input_size[2], W = input_size[3];
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  ACME_CHECK_T(grad_output.sizes().equals({N, C, Ho, Wo}), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected (", N, ", ", C, ", ", Ho, ", ", Wo, ")");
+  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto g = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* src = g.data() + pl * Ho * Wo;
+      Acc* dst = ob.data() + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) dst[mh[oh] * W + mw[ow]] += src[oh * Wo + ow];
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+at::Tensor k_upsample_bilinear2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                 bool align_corners, ::std::optional<double> scales_h,
+                                 ::std::optional<double> scales_w) {
+  const char* op = "upsample_bilinear2d";
+  check_input(op, self, "input");
+  check_sizes(op, output_size);
+  const int64_t N = self.size(0), C = self.size(1), H = self.size(2), W = self.size(3);
+  ACME_CHECK_T(H > 0 && W > 0, op, self, "input spatial size must be non-empty");
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
+    const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* in = x.data() + pl * H * W;
+      Acc* o = ob.data() + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const auto& h = mh[oh];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const auto& w = mw[ow];
+          o[oh * Wo + ow] = h.l0 * (w.l0 * in[h.i0 * W + w.i0] + w.l1 * in[h.i0 * W + w.i1]) +
+                            h.l1 * (w.l0 * in[h.i1 * W + w.i0] + w.l1 * in[h.i1 * W + w.i1]);
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
+                                          at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                          bool align_corners, ::std::optional<double> scales_h,
+                                          ::std::optional<double> scales_w) {
+  const char* op = "upsample_bilinear2d_backward";
+  check_input(op, grad_output, "grad_output");
+  check_sizes(op, output_size);
+  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
+  const int64_t N = input_size[0], C = input_size[1], H = input_size[2], W = input_size[3];
+  const int64_t Ho = output_size[0], Wo = output_size[1];
+  ACME_CHECK_T(grad_output.sizes().equals({N, C, Ho, Wo}), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected (", N, ", ", C, ", ", Ho, ", ", Wo, ")");
+  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
+    const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
+    auto g = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* src = g.data() + pl * Ho * Wo;
+      Acc* d = ob.data() + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const auto& h = mh[oh];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const auto& w = mw[ow];
+          const Acc v = src[oh * Wo + ow];
+          d[h.i0 * W + w.i0] += h.l0 * w.l0 * v;
+          d[h.i0 * W + w.i1] += h.l0 * w.l1 * v;
+          d[h.i1 * W + w.i0] += h.l1 * w.l0 * v;
+          d[h.i1 * W + w.i1] += h.l1 * w.l1 * v;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+}  // namespace acme::kernels
