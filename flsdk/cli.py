@@ -239,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     from flsdk.spec import SpecError
 
     args = build_parser().parse_args(argv)
+    if args.command in ("new-backend", "gen", "check", "ops"):
+        # These read torch's schemas only; loading installed device backends
+        # (torch's autoload) would cost time and mix their state into codegen.
+        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         return args.func(args)
     except SpecError as exc:
