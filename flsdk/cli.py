@@ -51,6 +51,8 @@ def cmd_gen(args) -> int:
         print(f"  {'backup':9} {item}")
     for item in result.orphan_kernels:
         print(f"  {'orphan':9} {item}: its op is no longer in the specs; not registered, not deleted")
+    for stub, real in result.superseded_stubs.items():
+        print(f"  {'old stub':9} {stub}: its kernel now lives in {real}; the stub can be deleted")
     for item in result.drift:
         print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
     for item in result.skipped_variants:

@@ -65,3 +65,15 @@ def test_stub_is_never_recreated_over_a_user_file(backend):
     assert "kernels/relu.cpp" not in result.stubs_created
     assert not (backend / "kernels" / "relu.cpp").exists()
     assert "kernels/activations.cpp" in (backend / "generated" / "sources.cmake").read_text()
+
+
+def test_stub_left_behind_is_reported_as_superseded(backend, capsys):
+    generate(backend)
+    (backend / "kernels" / "activations.cpp").write_text(
+        '#include "kernels.h"\nnamespace zeta::kernels {\n'
+        "at::Tensor k_relu(const at::Tensor & self) {\n  return self;\n}\n}\n")
+    result = generate(backend)
+    assert result.superseded_stubs == {"kernels/relu.cpp": "kernels/activations.cpp"}
+    assert (backend / "kernels" / "relu.cpp").exists(), "flsdk never deletes files under kernels/"
+    assert flsdk_main(["gen", str(backend)]) == 0
+    assert "kernels/relu.cpp: its kernel now lives in kernels/activations.cpp" in capsys.readouterr().out

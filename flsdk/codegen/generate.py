@@ -34,6 +34,7 @@ class GenResult:
     report: WriteReport
     stubs_created: list[str] = field(default_factory=list)
     orphan_kernels: list[str] = field(default_factory=list)   # kernels whose op left the specs
+    superseded_stubs: dict[str, str] = field(default_factory=dict)  # stub file -> real kernel file
     drift: list[str] = field(default_factory=list)            # ops whose schema changed
     skipped_variants: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -131,6 +132,7 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
         f"{name} ({path})" for name, path in {**scan.stubs, **scan.native}.items() if name not in wanted
     )
 
+    result.superseded_stubs = dict(sorted(scan.superseded.items()))
     ctx = build_context(backend, scan, torch_version)
     result.skipped_variants = ctx.skipped_variants
     env = _environment()

@@ -23,6 +23,8 @@ class KernelScan:
     stubs: dict[str, str] = field(default_factory=dict)    # kernel -> stub file
     compiled_files: list[str] = field(default_factory=list)
     stub_files: list[str] = field(default_factory=list)
+    # stub file -> the compiled file that now defines its kernel (safe to delete)
+    superseded: dict[str, str] = field(default_factory=dict)
 
     def status(self, kernel: str) -> str:
         if kernel in self.native:
@@ -54,5 +56,5 @@ def scan_kernels(root: Path) -> KernelScan:
     # A kernel defined in a compiled file is native even if a stub file remains.
     for name in list(scan.stubs):
         if name in scan.native:
-            del scan.stubs[name]
+            scan.superseded[scan.stubs.pop(name)] = scan.native[name]
     return scan
