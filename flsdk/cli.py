@@ -237,14 +237,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    previous = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+    if args.command in ("new-backend", "gen", "check", "ops") and previous is None:
+        # These read torch's schemas only; loading installed device backends
+        # (torch's autoload) would cost time and mix their state into codegen.
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    try:
+        return _run(args)
+    finally:
+        if previous is None:
+            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+
+
+def _run(args) -> int:
     from flsdk.scaffold import ScaffoldError
     from flsdk.spec import SpecError
 
-    args = build_parser().parse_args(argv)
-    if args.command in ("new-backend", "gen", "check", "ops"):
-        # These read torch's schemas only; loading installed device backends
-        # (torch's autoload) would cost time and mix their state into codegen.
-        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         return args.func(args)
     except SpecError as exc:
