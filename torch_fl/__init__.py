@@ -31,6 +31,9 @@ _EXPORTS = {
                   "get_auto_mixed_precision", "grad_scaler", "compare_precision", "tensor_diff"),
     "compare": ("compare_model", "ModelCompareReport"),
     "compat": ("compat_matrix", "compat_report", "check_compat", "IncompatibleBackendError"),
+    "distributed": ("init_distributed", "set_comm_backend", "comm_backend_for",
+                    "register_comm_backend"),
+    "quantization": ("calibrate", "mixed_plan", "QuantizationNotSupported"),
     "_backends": ("NoBackendError",),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
