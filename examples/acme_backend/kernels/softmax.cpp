@@ -4,11 +4,13 @@
 //
 // The tensor is seen as (outer, D, inner) around the softmax dim and staged as
 // a dense compute-type array. Numerically stable: the row maximum is
-// subtracted before exponentiation and the sum accumulates in double.
+// subtracted before exponentiation; exp and the row sums use nn_math.h's
+// vectorizable forms.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include "nn_buffers.h"
+#include "nn_math.h"
 
 #include <cmath>
 #include <limits>
@@ -59,35 +61,34 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
     auto x = nn::load<Acc>(op, self);
     nn::OutBuf<Acc> ob(out);
     const int64_t D = ax.D, inner = ax.inner;
-    std::vector<Acc> row(static_cast<size_t>(D));
+    // rows along the softmax dim are contiguous when inner == 1; otherwise
+    // each row is gathered into `in_row` and the result scattered from `out_row`
+    std::vector<Acc> in_row(inner == 1 ? 0 : D), out_row(inner == 1 ? 0 : D), tmp(D);
     for (int64_t o = 0; o < ax.outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
         const Acc* src = x.data() + o * D * inner + i;
         Acc* dst = ob.data() + o * D * inner + i;
-        Acc mx = -std::numeric_limits<Acc>::infinity();
-        for (int64_t d = 0; d < D; ++d) {
-          const Acc v = src[d * inner];
-          row[d] = v;
-          // NaN propagates: once the max is NaN it stays NaN.
-          if (v > mx || std::isnan(v)) mx = v;
+        const Acc* row = src;
+        Acc* res = dst;
+        if (inner != 1) {
+          for (int64_t d = 0; d < D; ++d) in_row[d] = src[d * inner];
+          row = in_row.data();
+          res = out_row.data();
         }
+        const Acc mx = nn::lane_max(row, D);
         if (kind == Kind::kSafeSoftmax && mx == -std::numeric_limits<Acc>::infinity()) {
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = Acc(0);
-          continue;
-        }
-        double sum = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          const Acc e = std::exp(row[d] - mx);
-          if (kind != Kind::kLogSoftmax) row[d] = e;
-          sum += e;
-        }
-        if (kind == Kind::kLogSoftmax) {
-          const Acc lse = static_cast<Acc>(std::log(sum));
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = row[d] - mx - lse;
+          std::fill(res, res + D, Acc(0));
+        } else if (kind == Kind::kLogSoftmax) {
+          nn::exp_shifted(row, mx, tmp.data(), D);
+          const Acc lse = std::log(nn::lane_sum(tmp.data(), D));
+          for (int64_t d = 0; d < D; ++d) res[d] = row[d] - mx - lse;
         } else {
-          const Acc inv = static_cast<Acc>(1.0 / sum);
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = row[d] * inv;
+          nn::exp_shifted(row, mx, res, D);
+          const Acc inv = Acc(1) / nn::lane_sum(res, D);
+          for (int64_t d = 0; d < D; ++d) res[d] *= inv;
         }
+        if (inner != 1)
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = out_row[d];
       }
     }
     ob.finish(op);
@@ -121,24 +122,36 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
     auto y = nn::load<Acc>(op, output);
     nn::OutBuf<Acc> ob(gi);
     const int64_t D = ax.D, inner = ax.inner;
+    std::vector<Acc> gr(inner == 1 ? 0 : D), yr(inner == 1 ? 0 : D), rr(inner == 1 ? 0 : D);
+    std::vector<Acc> ey(log ? D : 0);
     for (int64_t o = 0; o < ax.outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
         const int64_t base = o * D * inner + i;
         const Acc* gp = g.data() + base;
         const Acc* yp = y.data() + base;
         Acc* dst = ob.data() + base;
-        double s = 0;
+        Acc* res = dst;
+        if (inner != 1) {
+          for (int64_t d = 0; d < D; ++d) {
+            gr[d] = gp[d * inner];
+            yr[d] = yp[d * inner];
+          }
+          gp = gr.data();
+          yp = yr.data();
+          res = rr.data();
+        }
         if (log) {
           // d/dx log_softmax: g - exp(y) * sum(g)
-          for (int64_t d = 0; d < D; ++d) s += gp[d * inner];
-          const Acc sa = static_cast<Acc>(s);
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = gp[d * inner] - std::exp(yp[d * inner]) * sa;
+          const Acc sg = nn::lane_sum(gp, D);
+          nn::exp_shifted(yp, Acc(0), ey.data(), D);
+          for (int64_t d = 0; d < D; ++d) res[d] = gp[d] - ey[d] * sg;
         } else {
           // d/dx softmax: y * (g - sum(g * y))
-          for (int64_t d = 0; d < D; ++d) s += static_cast<double>(gp[d * inner]) * yp[d * inner];
-          const Acc sa = static_cast<Acc>(s);
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = yp[d * inner] * (gp[d * inner] - sa);
+          const Acc sgy = nn::lane_dot(gp, yp, D);
+          for (int64_t d = 0; d < D; ++d) res[d] = yp[d] * (gp[d] - sgy);
         }
+        if (inner != 1)
+          for (int64_t d = 0; d < D; ++d) dst[d * inner] = rr[d];
       }
     }
     ob.finish(op);
