@@ -2,15 +2,18 @@
 // _native_batch_norm_legit, native_layer_norm (+ backward), native_group_norm
 // (+ backward), renorm.
 //
-// Inputs are staged as dense compute-type arrays; statistics accumulate in
-// double (two passes: mean, then centred sum of squares) so float32 results
-// match PyTorch's to a few ulps even for large reductions. As in PyTorch, a
+// Inputs are staged as dense compute-type arrays. Batch/group norm statistics
+// accumulate in double (two passes: mean, then centred sum of squares: their
+// reductions span whole batches); layer norm rows are short and use the
+// vectorizable 8-lane sums of nn_math.h in the compute type, as PyTorch's
+// CPU kernel accumulates in float. As in PyTorch, a
 // float16/bfloat16 input with float32 parameters ("mixed type", the autocast
 // case) keeps its statistics in float32; otherwise they have the input dtype.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include "nn_buffers.h"
+#include "nn_math.h"
 
 #include <array>
 #include <cmath>
@@ -326,31 +329,28 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     nn::Dense<Acc> w, b;
     if (weight.defined()) w = nn::load<Acc>(op, weight);
     if (bias.defined()) b = nn::load<Acc>(op, bias);
-    std::vector<Acc> mv(M), rv(M);
+    std::vector<Acc> mv(M), rv(M), xc(N);
     nn::OutBuf<Acc> ob(out);
+    const Acc* wp = w.data();
+    const Acc* bp = b.data();
     for (int64_t r = 0; r < M; ++r) {
       const Acc* p = x.data() + r * N;
-      double s = 0;
-      for (int64_t i = 0; i < N; ++i) s += p[i];
-      const double mu = N ? s / N : 0.0;
-      double q = 0;
-      for (int64_t i = 0; i < N; ++i) {
-        const double d = p[i] - mu;
-        q += d * d;
-      }
-      const double var = N ? q / N : 0.0;
-      const Acc is = static_cast<Acc>(1.0 / std::sqrt(var + eps));
-      const Acc m = static_cast<Acc>(mu);
+      // two passes over the row: mean, then the centred sum of squares
+      const Acc m = nn::lane_sum(p, N) / static_cast<Acc>(N);
+      for (int64_t i = 0; i < N; ++i) xc[i] = p[i] - m;
+      const Acc var = nn::lane_dot(xc.data(), xc.data(), N) / static_cast<Acc>(N);
+      const Acc is = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(var) + eps));
       mv[r] = m;
       rv[r] = is;
       Acc* o = ob.data() + r * N;
-      const Acc* wp = w.data();
-      const Acc* bp = b.data();
-      for (int64_t i = 0; i < N; ++i) {
-        Acc y = (p[i] - m) * is;
-        if (wp) y *= wp[i];
-        if (bp) y += bp[i];
-        o[i] = y;
+      if (wp && bp) {
+        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i] + bp[i];
+      } else if (wp) {
+        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i];
+      } else if (bp) {
+        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is + bp[i];
+      } else {
+        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is;
       }
     }
     ob.finish(op);
@@ -391,42 +391,35 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     nn::Dense<Acc> w;
     if (weight.defined()) w = nn::load<Acc>(op, weight);
     const Acc* wp = w.data();
-    std::vector<double> dw(gw.defined() ? N : 0, 0.0), db(gb.defined() ? N : 0, 0.0);
+    std::vector<Acc> dw(gw.defined() ? N : 0, Acc(0)), db(gb.defined() ? N : 0, Acc(0));
+    std::vector<Acc> xh(N), g(N);
     std::optional<nn::OutBuf<Acc>> ob;
     if (gi.defined() && gi.numel() > 0) ob.emplace(gi);
     for (int64_t r = 0; r < M; ++r) {
       const Acc* px = x.data() + r * N;
       const Acc* pd = dy.data() + r * N;
       const Acc m = mu.data()[r], is = rs.data()[r];
+      for (int64_t i = 0; i < N; ++i) xh[i] = (px[i] - m) * is;
       if (!dw.empty())
-        for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(pd[i]) * ((px[i] - m) * is);
+        for (int64_t i = 0; i < N; ++i) dw[i] += pd[i] * xh[i];
       if (!db.empty())
         for (int64_t i = 0; i < N; ++i) db[i] += pd[i];
       if (ob) {
         // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
-        double s1 = 0, s2 = 0;
-        for (int64_t i = 0; i < N; ++i) {
-          const double g = wp ? static_cast<double>(pd[i]) * wp[i] : pd[i];
-          s1 += g;
-          s2 += g * ((px[i] - m) * is);
+        if (wp) {
+          for (int64_t i = 0; i < N; ++i) g[i] = pd[i] * wp[i];
+        } else {
+          std::copy(pd, pd + N, g.begin());
         }
-        const Acc a = static_cast<Acc>(s1 / N), c = static_cast<Acc>(s2 / N);
+        const Acc a = nn::lane_sum(g.data(), N) / static_cast<Acc>(N);
+        const Acc c = nn::lane_dot(g.data(), xh.data(), N) / static_cast<Acc>(N);
         Acc* o = ob->data() + r * N;
-        for (int64_t i = 0; i < N; ++i) {
-          const Acc g = wp ? pd[i] * wp[i] : pd[i];
-          o[i] = is * (g - a - ((px[i] - m) * is) * c);
-        }
+        for (int64_t i = 0; i < N; ++i) o[i] = is * (g[i] - a - xh[i] * c);
       }
     }
     if (ob) ob->finish(op);
-    if (gw.defined()) {
-      std::vector<Acc> v(dw.begin(), dw.end());
-      nn::store<Acc>(op, v.data(), gw);
-    }
-    if (gb.defined()) {
-      std::vector<Acc> v(db.begin(), db.end());
-      nn::store<Acc>(op, v.data(), gb);
-    }
+    if (gw.defined()) nn::store<Acc>(op, dw.data(), gw);
+    if (gb.defined()) nn::store<Acc>(op, db.data(), gb);
   });
   return {gi, gw, gb};
 }
