@@ -420,3 +420,20 @@ def test_compare_statistics_checks_dtype_and_shape(monkeypatch):
     _perturbed_run_op(monkeypatch, lambda r: (r[0].double(), r[1]))
     with pytest.raises(AssertionError, match="float64"):
         conf.compare_statistics("native_dropout", ["T(8,8)", 0.5, True], "float32", "cpu")
+
+
+def test_equal_values_make_any_matching_index_acceptable():
+    from torch_fl.testing.conformance import _accept_equivalent_indices
+
+    x = torch.tensor([[3, 1, 3, 2]])
+    expected = torch.topk(x, 1)
+    other_tie = (expected[0], torch.tensor([[2]]))          # the other 3: equally right
+    wrong = (expected[0], torch.tensor([[1]]))              # points at a 1: wrong
+    accepted = _accept_equivalent_indices("topk", [x, 1], {}, tuple(expected), other_tie)
+    assert torch.equal(accepted[1], other_tie[1])
+    rejected = _accept_equivalent_indices("topk", [x, 1], {}, tuple(expected), wrong)
+    assert torch.equal(rejected[1], expected[1])
+    kth = torch.kthvalue(x, 3, 1)
+    accepted = _accept_equivalent_indices("kthvalue", [x, 3, 1], {}, tuple(kth),
+                                          (kth[0], torch.tensor([2 if int(kth[1]) == 0 else 0])))
+    assert int(accepted[1]) in (0, 2)
