@@ -1,0 +1,274 @@
+// acme fused scaled-dot-product attention: the "overrideable" pair PyTorch
+// calls when a PrivateUse1 backend's _fused_sdp_choice answers
+// SDPBackend::overrideable. (acme's generated glue currently answers "math",
+// so F.scaled_dot_product_attention decomposes into bmm/_safe_softmax; these
+// kernels serve backends or configurations that route to the fused path.)
+//
+// Per (batch, head): S = scale * Q K^T + bias (causal: key j <= query i),
+// P = softmax(S) kept implicit through the row log-sum-exp, O = P V. The
+// backward recomputes P from the saved logsumexp. GEMMs go through acme's
+// BLAS wrapper; dropout is not supported (it needs the device RNG stream) and
+// is rejected with a clear error.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "gemm.h"
+#include "nn_buffers.h"
+#include "nn_math.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace acme::kernels {
+namespace {
+
+namespace cm = ::acme::common;
+using nn::Mat;
+
+struct AttnShape {
+  int64_t B, H, L, S, E, Ev;
+};
+
+AttnShape attn_shape(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    ACME_CHECK_T(t->dim() == 4, op, *t, "expected 4-d (batch, heads, seq, dim) tensors, got ",
+                 t->sizes());
+    if (!(cm::dtype_bit(t->scalar_type()) & nn::kNNFloat))
+      cm::fail_dtype(op, t->device(), t->scalar_type(), nn::kNNFloat);
+    ACME_CHECK_T(t->scalar_type() == q.scalar_type(), op, *t,
+                 "query, key and value must have the same dtype");
+    cm::check_same_device(op, q, *t, "key/value");
+  }
+  AttnShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  ACME_CHECK(k.size(0) == s.B && v.size(0) == s.B && k.size(1) == s.H && v.size(1) == s.H, op,
+             "batch and head dims of query ", q.sizes(), ", key ", k.sizes(), " and value ",
+             v.sizes(), " must match (grouped-query attention is not supported here)");
+  ACME_CHECK(k.size(3) == s.E && v.size(2) == s.S, op, "key ", k.sizes(), " and value ",
+             v.sizes(), " do not fit query ", q.sizes());
+  return s;
+}
+
+bool has_bias(const at::Tensor& b) { return b.defined() && b.numel() > 0; }
+
+// Additive bias broadcast to (B, H, L, S) as a dense Acc array; a bool mask
+// becomes 0 (keep) / -inf (drop).
+template <class Acc>
+std::vector<Acc> load_bias(const char* op, const at::Tensor& bias, const AttnShape& s) {
+  const std::vector<int64_t> shape{s.B, s.H, s.L, s.S};
+  std::vector<Acc> out(static_cast<size_t>(s.B * s.H * s.L * s.S));
+  if (bias.scalar_type() == c10::ScalarType::Bool) {
+    const auto st = nn::contiguous_strides(shape);
+    cm::StridedIter it(shape);
+    it.add_strided(reinterpret_cast<char*>(out.data()), shape, st, sizeof(Acc));
+    it.add(bias);
+    it.build();
+    cm::map1<Acc, bool>(it, [](bool keep) {
+      return keep ? Acc(0) : -std::numeric_limits<Acc>::infinity();
+    });
+  } else {
+    nn::load_into<Acc>(op, bias, shape, out.data());
+  }
+  return out;
+}
+
+}  // namespace
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
+             at::Tensor, at::Tensor>
+k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, const at::Tensor& key,
+                                                   const at::Tensor& value,
+                                                   const ::std::optional<at::Tensor>& attn_bias,
+                                                   double dropout_p, bool is_causal,
+                                                   bool return_debug_mask,
+                                                   ::std::optional<double> scale) {
+  const char* op = "_scaled_dot_product_fused_attention_overrideable";
+  const AttnShape s = attn_shape(op, query, key, value);
+  ACME_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path (got ",
+             "dropout_p=", dropout_p, "); use the math path");
+  ACME_CHECK(!return_debug_mask, op, "return_debug_mask is not supported");
+  const at::Tensor bias = attn_bias.has_value() ? *attn_bias : at::Tensor();
+  const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
+  at::Tensor out = at::empty({s.B, s.H, s.L, s.Ev}, query.options());
+  at::Tensor lse = at::empty({s.B, s.H, s.L}, query.options().dtype(c10::ScalarType::Float));
+  const auto lopt = query.options().dtype(c10::ScalarType::Long);
+  at::Tensor none = at::empty({0}, lopt);
+  if (s.B * s.H * s.L > 0) {
+    nn::dispatch_compute(op, query, [&](auto tag) {
+      using Acc = ACME_T(tag);
+      auto q = nn::load<Acc>(op, query);
+      auto k = nn::load<Acc>(op, key);
+      auto v = nn::load<Acc>(op, value);
+      std::vector<Acc> bias_v;
+      if (has_bias(bias)) bias_v = load_bias<Acc>(op, bias, s);
+      std::vector<Acc> P(static_cast<size_t>(s.L * s.S)), O(static_cast<size_t>(s.B * s.H * s.L * s.Ev));
+      std::vector<float> L_(static_cast<size_t>(s.B * s.H * s.L));
+      for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+        const Acc* qp = q.data() + bh * s.L * s.E;
+        const Acc* kp = k.data() + bh * s.S * s.E;
+        const Acc* vp = v.data() + bh * s.S * s.Ev;
+        // P = scale * Q K^T
+        nn::gemm<Acc>(op, Mat<Acc>{qp, s.L, s.E, s.E, 1}, Mat<Acc>{kp, s.E, s.S, 1, s.E},
+                      static_cast<Acc>(sc), Acc(0), P.data(), s.S);
+        for (int64_t i = 0; i < s.L; ++i) {
+          Acc* row = P.data() + i * s.S;
+          if (!bias_v.empty()) {
+            const Acc* br = bias_v.data() + (bh * s.L + i) * s.S;
+            for (int64_t j = 0; j < s.S; ++j) row[j] += br[j];
+          }
+          if (is_causal)
+            for (int64_t j = i + 1; j < s.S; ++j) row[j] = -std::numeric_limits<Acc>::infinity();
+          const Acc mx = nn::lane_max(row, s.S);
+          if (mx == -std::numeric_limits<Acc>::infinity()) {
+            // fully masked row: zeros (as the math path's _safe_softmax), lse -inf
+            std::fill(row, row + s.S, Acc(0));
+            L_[bh * s.L + i] = -std::numeric_limits<float>::infinity();
+            continue;
+          }
+          nn::exp_shifted(row, mx, row, s.S);
+          const Acc sum = nn::lane_sum(row, s.S);
+          const Acc inv = Acc(1) / sum;
+          for (int64_t j = 0; j < s.S; ++j) row[j] *= inv;
+          L_[bh * s.L + i] = static_cast<float>(mx + std::log(sum));
+        }
+        // O = P V
+        nn::gemm<Acc>(op, Mat<Acc>{P.data(), s.L, s.S, s.S, 1}, Mat<Acc>{vp, s.S, s.Ev, s.Ev, 1},
+                      Acc(1), Acc(0), O.data() + bh * s.L * s.Ev, s.Ev);
+      }
+      nn::store<Acc>(op, O.data(), out);
+      nn::store<float>(op, L_.data(), lse);
+    });
+  } else if (out.numel()) {
+    // no keys: every row is fully masked
+    nn::dispatch_compute(op, query, [&](auto tag) {
+      using Acc = ACME_T(tag);
+      std::vector<Acc> z(static_cast<size_t>(out.numel()), Acc(0));
+      nn::store<Acc>(op, z.data(), out);
+    });
+  }
+  at::Tensor debug = at::empty({0}, query.options());
+  return {out, lse, none, none, c10::SymInt(s.L), c10::SymInt(s.S), none, none, debug};
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+k__scaled_dot_product_fused_attention_overrideable_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& attn_bias, ::std::array<bool, 4> grad_input_mask,
+    const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k, int64_t max_q, int64_t max_k, double dropout_p, bool is_causal,
+    const at::Tensor& philox_seed, const at::Tensor& philox_offset,
+    ::std::optional<double> scale) {
+  const char* op = "_scaled_dot_product_fused_attention_overrideable_backward";
+  (void)cum_seq_q; (void)cum_seq_k; (void)max_q; (void)max_k;
+  (void)philox_seed; (void)philox_offset;
+  const AttnShape s = attn_shape(op, query, key, value);
+  ACME_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path");
+  ACME_CHECK_T(grad_out.sizes().equals(out.sizes()) && out.size(0) == s.B && out.size(1) == s.H &&
+                   out.size(2) == s.L && out.size(3) == s.Ev,
+               op, grad_out, "grad_out ", grad_out.sizes(), " and out ", out.sizes(),
+               " must be (batch, heads, L, Ev)");
+  ACME_CHECK_T(logsumexp.numel() == s.B * s.H * s.L, op, logsumexp, "logsumexp must be (B, H, L)");
+  const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
+  const bool bias_on = has_bias(attn_bias);
+  at::Tensor gq, gk, gv, gb;
+  if (grad_input_mask[0]) gq = at::empty(query.sizes(), query.options());
+  if (grad_input_mask[1]) gk = at::empty(key.sizes(), key.options());
+  if (grad_input_mask[2]) gv = at::empty(value.sizes(), value.options());
+  const bool want_gb = grad_input_mask[3] && bias_on;
+  if (want_gb) {
+    ACME_CHECK_T(attn_bias.scalar_type() != c10::ScalarType::Bool, op, attn_bias,
+                 "a boolean mask has no gradient");
+    ACME_CHECK_T(attn_bias.dim() <= 4, op, attn_bias, "attn_bias must be at most 4-d");
+    gb = at::empty(attn_bias.sizes(), attn_bias.options());
+  }
+  nn::dispatch_compute(op, query, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto q = nn::load<Acc>(op, query);
+    auto k = nn::load<Acc>(op, key);
+    auto v = nn::load<Acc>(op, value);
+    auto o = nn::load<Acc>(op, out);
+    auto dO = nn::load<Acc>(op, grad_out);
+    auto lse = nn::load<float>(op, logsumexp);
+    std::vector<Acc> bias_v;
+    if (bias_on) bias_v = load_bias<Acc>(op, attn_bias, s);
+    std::vector<Acc> P(s.L * s.S), dP(s.L * s.S), Dr(s.L);
+    std::vector<Acc> GQ(gq.defined() ? s.B * s.H * s.L * s.E : 0),
+        GK(gk.defined() ? s.B * s.H * s.S * s.E : 0), GV(gv.defined() ? s.B * s.H * s.S * s.Ev : 0),
+        GB(want_gb ? s.B * s.H * s.L * s.S : 0);
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      const Acc* qp = q.data() + bh * s.L * s.E;
+      const Acc* kp = k.data() + bh * s.S * s.E;
+      const Acc* vp = v.data() + bh * s.S * s.Ev;
+      const Acc* op_ = o.data() + bh * s.L * s.Ev;
+      const Acc* dop = dO.data() + bh * s.L * s.Ev;
+      // recompute P = exp(scale * Q K^T + bias - lse)
+      nn::gemm<Acc>(op, Mat<Acc>{qp, s.L, s.E, s.E, 1}, Mat<Acc>{kp, s.E, s.S, 1, s.E},
+                    static_cast<Acc>(sc), Acc(0), P.data(), s.S);
+      for (int64_t i = 0; i < s.L; ++i) {
+        Acc* row = P.data() + i * s.S;
+        const float l = lse.data()[bh * s.L + i];
+        if (!bias_v.empty()) {
+          const Acc* br = bias_v.data() + (bh * s.L + i) * s.S;
+          for (int64_t j = 0; j < s.S; ++j) row[j] += br[j];
+        }
+        if (is_causal)
+          for (int64_t j = i + 1; j < s.S; ++j) row[j] = -std::numeric_limits<Acc>::infinity();
+        if (std::isinf(l) && l < 0) {
+          std::fill(row, row + s.S, Acc(0));
+        } else {
+          nn::exp_shifted(row, static_cast<Acc>(l), row, s.S);
+        }
+        // D_i = sum_j dO_i . O_i
+        Dr[i] = nn::lane_dot(dop + i * s.Ev, op_ + i * s.Ev, s.Ev);
+      }
+      if (!GV.empty())  // dV = P^T dO
+        nn::gemm<Acc>(op, Mat<Acc>{P.data(), s.S, s.L, 1, s.S}, Mat<Acc>{dop, s.L, s.Ev, s.Ev, 1},
+                      Acc(1), Acc(0), GV.data() + bh * s.S * s.Ev, s.Ev);
+      // dP = dO V^T; dS = P * (dP - D)
+      nn::gemm<Acc>(op, Mat<Acc>{dop, s.L, s.Ev, s.Ev, 1}, Mat<Acc>{vp, s.Ev, s.S, 1, s.Ev},
+                    Acc(1), Acc(0), dP.data(), s.S);
+      for (int64_t i = 0; i < s.L; ++i)
+        for (int64_t j = 0; j < s.S; ++j) {
+          const int64_t ij = i * s.S + j;
+          dP[ij] = P[ij] * (dP[ij] - Dr[i]);
+        }
+      if (!GB.empty()) std::copy(dP.begin(), dP.end(), GB.begin() + bh * s.L * s.S);
+      if (!GQ.empty())  // dQ = scale * dS K
+        nn::gemm<Acc>(op, Mat<Acc>{dP.data(), s.L, s.S, s.S, 1}, Mat<Acc>{kp, s.S, s.E, s.E, 1},
+                      static_cast<Acc>(sc), Acc(0), GQ.data() + bh * s.L * s.E, s.E);
+      if (!GK.empty())  // dK = scale * dS^T Q
+        nn::gemm<Acc>(op, Mat<Acc>{dP.data(), s.S, s.L, 1, s.S}, Mat<Acc>{qp, s.L, s.E, s.E, 1},
+                      static_cast<Acc>(sc), Acc(0), GK.data() + bh * s.S * s.E, s.E);
+    }
+    if (gq.defined()) nn::store<Acc>(op, GQ.data(), gq);
+    if (gk.defined()) nn::store<Acc>(op, GK.data(), gk);
+    if (gv.defined()) nn::store<Acc>(op, GV.data(), gv);
+    if (want_gb) {
+      // a broadcast bias gets the sum of dS over its broadcast dims
+      int64_t bsz[4] = {1, 1, 1, 1};
+      const int64_t off = 4 - attn_bias.dim();
+      for (int64_t d = 0; d < attn_bias.dim(); ++d) bsz[off + d] = attn_bias.size(d);
+      const int64_t full[4] = {s.B, s.H, s.L, s.S};
+      int64_t bst[4];
+      bst[3] = 1;
+      for (int d = 2; d >= 0; --d) bst[d] = bst[d + 1] * bsz[d + 1];
+      std::vector<Acc> red(static_cast<size_t>(attn_bias.numel()), Acc(0));
+      int64_t n = 0;
+      for (int64_t a = 0; a < full[0]; ++a)
+        for (int64_t b = 0; b < full[1]; ++b)
+          for (int64_t c = 0; c < full[2]; ++c)
+            for (int64_t d = 0; d < full[3]; ++d, ++n) {
+              const int64_t r = (bsz[0] == 1 ? 0 : a) * bst[0] + (bsz[1] == 1 ? 0 : b) * bst[1] +
+                                (bsz[2] == 1 ? 0 : c) * bst[2] + (bsz[3] == 1 ? 0 : d) * bst[3];
+              red[r] += GB[n];
+            }
+      nn::store<Acc>(op, red.data(), gb);
+    }
+  });
+  return {gq, gk, gv, gb};
+}
+
+}  // namespace acme::kernels
