@@ -175,16 +175,6 @@ at::Tensor k_isneginf(const at::Tensor& self) {
   });
 }
 
-at::Tensor k_isfinite(const at::Tensor& self) {
-  return unary_kernel<kAll, bool>("isfinite", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    return [](M x) -> bool {
-      if constexpr (std::is_floating_point_v<M>) return std::isfinite(x);
-      else { (void)x; return true; }
-    };
-  });
-}
-
 // equal: same shape and every element equal (compared in the promoted dtype;
 // NaN is never equal).
 bool k_equal(const at::Tensor& self, const at::Tensor& other) {

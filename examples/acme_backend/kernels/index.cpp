@@ -277,7 +277,7 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
       M r = acc[i];
       if (kind == 2 && count[i] > 1) {
         if constexpr (std::is_integral_v<M>) r = floor_divide_i(r, static_cast<M>(count[i]));
-        else r = r / static_cast<M>(count[i]);
+        else r = static_cast<M>(cvt<T>(r)) / static_cast<M>(count[i]);  // torch divides the stored sum
       }
       o[i] = cvt<T>(r);
     }
