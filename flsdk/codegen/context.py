@@ -197,6 +197,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "dtype_names": ", ".join(d.dtypes),
         "amp_dtypes": list(d.amp_dtypes),
         "native_ops": registered,
+        "fused_attention": "true" if {
+            "_scaled_dot_product_fused_attention_overrideable",
+            "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast,
         "glue_sources": GLUE_SOURCES,
         "kernel_sources": scan.compiled_files,
