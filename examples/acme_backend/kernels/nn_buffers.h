@@ -148,9 +148,4 @@ inline void dispatch_compute(const char* op, const at::Tensor& t, F&& f) {
   }
 }
 
-inline void check_defined_same_device(const char* op, const at::Tensor& ref, const at::Tensor& t,
-                                      const char* arg) {
-  cm::check_same_device(op, ref, t, arg);
-}
-
 }  // namespace acme::kernels::nn
