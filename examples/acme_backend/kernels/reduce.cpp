@@ -167,19 +167,25 @@ void run(const Plan& p, Red r, Store store) {
 template <class T>
 using racc_t = acc_t<T>;
 
-template <class T, class Acc>
+// SkipNan is a template parameter (not a flag) so the plain sum's loops stay
+// branch-free and vectorize.
+template <class T, class Acc, bool SkipNan = false>
 struct SumRed {
   static constexpr bool kLanes = true;
-  bool skip_nan = false;
   Acc init() const { return Acc(0); }
   void step(Acc& a, T x, int64_t) const {
-    if constexpr (is_floating_v<T>) {
-      if (skip_nan && std::isnan(static_cast<Acc>(x))) return;
+    if constexpr (SkipNan && is_floating_v<T>) {
+      if (std::isnan(static_cast<Acc>(x))) return;
     }
     a += static_cast<Acc>(x);
   }
   Acc merge(Acc a, Acc b) const { return a + b; }
 };
+
+template <class T, class Acc>
+using NanSumRed = SumRed<T, Acc, true>;
+template <class T, class Acc>
+using PlainSumRed = SumRed<T, Acc, false>;
 
 template <class T, class Acc>
 struct ProdRed {
@@ -231,7 +237,7 @@ constexpr unsigned kSumTypes = kAll;
 // sum / nansum / prod: the input converts to the output dtype first (torch semantics).
 template <template <class, class> class Red>
 at::Tensor sum_like(const char* op, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
-                    std::optional<at::ScalarType> dtype, bool skip_nan = false) {
+                    std::optional<at::ScalarType> dtype) {
   const auto out_dt = sum_out_dtype(self.scalar_type(), dtype);
   dispatch<kSumTypes>(op, self.device(), self.scalar_type(), [](auto) {});
   const at::Tensor in = cast(op, self, out_dt);
@@ -241,9 +247,7 @@ at::Tensor sum_like(const char* op, const at::Tensor& self, at::OptionalIntArray
     using T = ACME_T(tag);
     using Acc = racc_t<T>;
     T* o = static_cast<T*>(out.data_ptr());
-    Red<T, Acc> r;
-    if constexpr (std::is_same_v<Red<T, Acc>, SumRed<T, Acc>>) r.skip_nan = skip_nan;
-    run<T>(p, r, [o](int64_t i, Acc a) { o[i] = cvt<T>(a); });
+    run<T>(p, Red<T, Acc>{}, [o](int64_t i, Acc a) { o[i] = cvt<T>(a); });
   });
   return out;
 }
@@ -252,16 +256,16 @@ at::Tensor sum_like(const char* op, const at::Tensor& self, at::OptionalIntArray
 
 at::Tensor k_sum_dim_IntList(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                              std::optional<at::ScalarType> dtype) {
-  return sum_like<SumRed>("sum.dim_IntList", self, dim, keepdim, dtype);
+  return sum_like<PlainSumRed>("sum.dim_IntList", self, dim, keepdim, dtype);
 }
 
 at::Tensor k_sum(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
-  return sum_like<SumRed>("sum", self, std::nullopt, false, dtype);
+  return sum_like<PlainSumRed>("sum", self, std::nullopt, false, dtype);
 }
 
 at::Tensor k_nansum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                     std::optional<at::ScalarType> dtype) {
-  return sum_like<SumRed>("nansum", self, dim, keepdim, dtype, /*skip_nan=*/true);
+  return sum_like<NanSumRed>("nansum", self, dim, keepdim, dtype);
 }
 
 at::Tensor k_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
