@@ -31,7 +31,7 @@ def test_attention_forward_and_backward_match_cpu(causal, mask):
         attn_mask = torch.randn(8, 8, generator=torch.Generator().manual_seed(2))
     results = {}
     for device in ("cpu", "acme"):
-        qd, kd, vd = (t.to(device).requires_grad_() for t in (q, k, v))
+        qd, kd, vd = (t.detach().clone().to(device).requires_grad_() for t in (q, k, v))
         m = attn_mask.to(device) if attn_mask is not None else None
         out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=m, is_causal=causal)
         out.backward(torch.ones_like(out))
