@@ -153,3 +153,26 @@ def test_synchronize_apis():
     torch.acme.synchronize("acme:1")
     assert torch.equal(y[:3].cpu(), torch.full((3,), 2.0))
     del x, y
+
+
+def test_exit_with_queued_pinned_copies_is_clean():
+    """Pinned blocks whose frees wait for queued copies are released at
+    interpreter exit without a hang or a crash."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "s = torch.Stream(device='acme')\n"
+        "h = torch.ones(1 << 22).pin_memory()\n"
+        "with s:\n"
+        "    d = h.to('acme', non_blocking=True)\n"
+        "    o = torch.empty(1 << 22).pin_memory()\n"
+        "    o.copy_(d, non_blocking=True)\n"
+        "print('QUEUED', flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ACME_PROTECT"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0 and "QUEUED" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
