@@ -202,3 +202,55 @@ def test_bad_fault_options_are_refused_clearly():
         assert key in str(info.value), str(info.value)
     assert native.runtime_get_option("fault_malloc") == "0"
     assert native.runtime_get_option("fault_memcpy") == "0"
+
+
+def test_faults_under_threads_and_streams():
+    """Faults hit while four threads copy through created streams and between
+    devices: every failure is an exception in its thread, every success is
+    right, and nothing leaks."""
+    proc = run_child("""
+    import threading, time
+    native.runtime_set_option("fault_seed", "5")
+    native.runtime_set_option("fault_malloc", "0.05")
+    native.runtime_set_option("fault_memcpy", "0.05")
+    errors, wrong, unexpected, done = [], [], [], []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        dev = seed % 2
+        s = torch.Stream(device=f"acme:{dev}")
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                if rng.random() < 0.2:
+                    torch.acme.empty_cache()
+                h = torch.arange(rng.choice([10, 5000, 100000]), dtype=torch.float32)
+                d = h.to(f"acme:{dev}")
+                with s:
+                    p = h.pin_memory().to(f"acme:{dev}", non_blocking=True)
+                    q = (p + d).to(f"acme:{1 - dev}")
+                s.synchronize()
+                if not torch.equal(q.cpu(), h * 2):
+                    wrong.append(seed)
+                done.append(seed)
+            except RuntimeError as e:
+                (errors if "acme" in str(e) else unexpected).append(str(e)[:200])
+            except BaseException as e:  # noqa: BLE001
+                unexpected.append(repr(e)[:200])
+        s.synchronize()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "hung"
+    native.runtime_set_option("fault_malloc", "0")
+    native.runtime_set_option("fault_memcpy", "0")
+    assert not wrong and not unexpected, (wrong[:3], unexpected[:3])
+    assert errors and done, (len(errors), len(done))
+    assert all("injected" in e for e in errors), [e for e in errors if "injected" not in e][:3]
+    assert_clean()
+    print("CHILD OK", len(done), len(errors))
+    """)
+    assert_child_ok(proc)
