@@ -4,7 +4,10 @@ import pytest
 
 
 def pytest_addoption(parser):
-    parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
+    try:
+        parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
+    except ValueError:
+        pass  # examples/acme_backend/tests/conftest.py, loaded first, added it
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,6 +7,7 @@ literals), so the C++ and Python they produce can be read off this file.
 from __future__ import annotations
 
 import pprint
+import re
 from dataclasses import dataclass
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
@@ -55,11 +56,23 @@ class Wrapper:
     body: list[str]
 
 
+def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
+    """Names of `Tensor?[]` arguments: the index lists of x[idx] and x[idx] = v.
+    As on CUDA, they may come from the CPU; the wrapper moves them."""
+    return [arg.name for arg in func.arguments.flat_all
+            if isinstance(arg.type, ListType) and isinstance(arg.type.elem, OptionalType)
+            and isinstance(arg.type.elem.elem, BaseType) and arg.type.elem.elem.name == BaseTy.Tensor]
+
+
 def _device_checks(func: FunctionSchema) -> list[str]:
-    """Lines checking that every tensor argument sits on one device."""
+    """Lines checking that every tensor argument sits on one device, then
+    moving CPU index lists to that device."""
     lines = []
+    moved = _optional_tensor_lists(func)
     for arg in func.arguments.flat_all:
         t = arg.type
+        if arg.name in moved:
+            continue
         if isinstance(t, BaseType) and t.name == BaseTy.Tensor:
             fn = "check_device"
         elif isinstance(t, OptionalType) and isinstance(t.elem, BaseType) and t.elem.name == BaseTy.Tensor:
@@ -69,7 +82,15 @@ def _device_checks(func: FunctionSchema) -> list[str]:
         else:
             continue
         lines.append(f'{fn}(common_device, {arg.name}, "{func.name}", "{arg.name}");')
+    for name in moved:
+        lines.append(f'auto {name}_here = indices_to_device({name}, common_device, "{func.name}");')
     return lines
+
+
+def _use_moved_indices(func: FunctionSchema, call_args: str) -> str:
+    for name in _optional_tensor_lists(func):
+        call_args = re.sub(rf"\b{name}\b", f"{name}_here", call_args)
+    return call_args
 
 
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema) -> Wrapper:
@@ -78,7 +99,7 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema) -
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
         checks=_device_checks(func),
-        body=[f"return kernels::{sig.kernel}({sig.call_args});"],
+        body=[f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"],
     )
 
 
@@ -86,7 +107,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     """In-place / out= wrapper computing with the functional kernel, then copying."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
-    args = signatures.call_args(f_variant, f_functional)
+    args = _use_moved_indices(f_variant.func, signatures.call_args(f_variant, f_functional))
     returns = f_functional.func.returns
     if len(returns) != 1 or not (isinstance(returns[0].type, BaseType) and returns[0].type.name == BaseTy.Tensor):
         return None  # only single-tensor results can be copied into self/out

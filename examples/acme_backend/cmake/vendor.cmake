@@ -40,9 +40,11 @@ message(STATUS "acme: OpenBLAS ${ACME_OPENBLAS_LIBRARY} (headers ${ACME_OPENBLAS
 target_include_directories(${FLSDK_BACKEND_TARGET} PRIVATE "${ACME_OPENBLAS_INCLUDE_DIR}")
 target_link_libraries(${FLSDK_BACKEND_TARGET} PRIVATE "${ACME_OPENBLAS_LIBRARY}")
 
-# Run-time search path: the wheel's lib dir relative to the installed
-# extension first, then the absolute build-time dir (an editable or in-tree
-# build, or a venv where the relative layout does not hold).
+# Run-time search path. The build tree finds the build venv's OpenBLAS; the
+# installed wheel only its declared dependency, scipy-openblas32, next to it
+# in site-packages. No absolute build-machine path in the wheel: a wheel
+# installed without its dependency must fail clearly, not load whatever the
+# build machine had.
 set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY BUILD_RPATH "${ACME_OPENBLAS_LIB_DIR}")
 set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY INSTALL_RPATH
-             "$ORIGIN/../scipy_openblas32/lib" "${ACME_OPENBLAS_LIB_DIR}")
+             "$ORIGIN/../scipy_openblas32/lib")

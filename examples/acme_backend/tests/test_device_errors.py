@@ -135,8 +135,6 @@ def test_acme_with_non_scalar_cpu_tensor_is_refused_cpu_scalar_is_fine():
     assert r.device.type == "acme" and torch.equal(r.cpu(), torch.full((4,), 3.0))
 
 
-@pytest.mark.xfail(strict=True, reason="generated device check refuses CPU index tensors, which "
-                   "PyTorch accepts for x[idx] / x[idx] = v on CUDA (reported to the lead)")
 def test_cpu_index_tensors_are_accepted_as_on_cuda():
     def index_with_cpu_tensors():
         x = torch.arange(5.0, device="acme")

@@ -150,9 +150,6 @@ def test_second_privateuse1_claimant_gets_a_clear_error(fresh_python, tmp_path):
     assert "ERROR PyTorch's PrivateUse1 slot" in proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="cmake/vendor.cmake puts the build venv's absolute "
-                   "scipy_openblas32/lib in INSTALL_RPATH: with its own dependency missing, the "
-                   "installed wheel loads the build machine's OpenBLAS (reported to the lead)")
 def test_missing_vendor_library_never_breaks_import_torch(fresh_python, tmp_path):
     """Last in this file: it uninstalls the BLAS wheel the native module links."""
     run([str(fresh_python), "-m", "pip", "uninstall", "-y", "-q", "scipy-openblas32"], timeout=120)
