@@ -235,3 +235,13 @@ def test_custom_op_is_defined_and_registered(backend):
     assert 'm.def("scale2(Tensor x, float factor=2.0) -> Tensor");' in registration
     assert 'm.impl("scale2", TORCH_FN(wrapper_scale2));' in registration
     assert "TORCH_LIBRARY(zeta, m)" in registration
+
+
+def test_fallback_policy_reaches_the_generated_config(backend):
+    device = backend / "device.yaml"
+    device.write_text(device.read_text().replace(
+        "fallback: {mode: allow, deny: [],", "fallback: {mode: deny, allow: [cumsum, exp.out],"))
+    generate(backend)
+    config = (backend / "generated" / "device_config.h").read_text()
+    assert "kFallbackEnabledByDefault = false;" in config
+    assert 'kFallbackAllowList[] = { "cumsum", "exp.out", nullptr };' in config

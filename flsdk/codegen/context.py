@@ -212,6 +212,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "fallback_warn_env": d.fallback.warn_env,
         "fallback_enabled": "true" if d.fallback.mode == "allow" else "false",
         "fallback_deny": list(d.fallback.deny),
+        "fallback_allow": list(d.fallback.allow),
         "torch_version": torch_version,
         "flsdk_version": FLSDK_VERSION,
         "dtype_enums": [SCALAR_TYPES[t] for t in d.dtypes],
