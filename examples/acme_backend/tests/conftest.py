@@ -2,6 +2,8 @@
 is unreadable from the host outside kernels and copies, so a kernel or glue
 path that touches device memory without the runtime crashes the test."""
 
+import gc
+
 import pytest
 
 
@@ -37,3 +39,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords and not item.get_closest_marker("skip"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_device_memory_leak():
+    """The test leaves the caching allocator's allocated bytes where it found them."""
+    import torch
+
+    count = torch.accelerator.device_count()
+    gc.collect()
+    before = [torch.accelerator.memory_allocated(i) for i in range(count)]
+    yield
+    gc.collect()
+    after = [torch.accelerator.memory_allocated(i) for i in range(count)]
+    assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"

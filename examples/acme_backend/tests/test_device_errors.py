@@ -2,7 +2,6 @@
 invalid device indices, tensors on two devices, unsupported dtypes, and ops
 without a native kernel while the CPU fallback is off or denied."""
 
-import gc
 
 import pytest
 import torch
@@ -10,16 +9,8 @@ import torch
 import torch_fl_acme._C as native
 
 
-@pytest.fixture(autouse=True)
-def no_device_memory_leak():
-    """Every test leaves the caching allocator's allocated bytes where it found them."""
-    count = torch.accelerator.device_count()
-    gc.collect()
-    before = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    yield
-    gc.collect()
-    after = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"
+# Every test leaves acme's allocated bytes where it found them (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 
 
 @pytest.fixture

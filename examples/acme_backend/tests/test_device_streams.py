@@ -6,7 +6,6 @@ tests make the queued work slow (large pinned copies) so a missing wait shows
 up as wrong data rather than passing by luck.
 """
 
-import gc
 
 import pytest
 import torch
@@ -14,16 +13,8 @@ import torch
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def no_device_memory_leak():
-    """Every test leaves the caching allocator's allocated bytes where it found them."""
-    count = torch.accelerator.device_count()
-    gc.collect()
-    before = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    yield
-    gc.collect()
-    after = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"
+# Every test leaves acme's allocated bytes where it found them (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 
 
 def big_host(value, n=4 * MiB):

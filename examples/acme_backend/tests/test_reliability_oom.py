@@ -33,16 +33,8 @@ def assert_child_ok(proc, marker="CHILD OK"):
         f"stderr:\n{proc.stderr[-3000:]}")
 
 
-@pytest.fixture(autouse=True)
-def no_device_memory_leak():
-    """Every test leaves the caching allocator's allocated bytes where it found them."""
-    count = torch.accelerator.device_count()
-    gc.collect()
-    before = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    yield
-    gc.collect()
-    after = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"
+# Every test leaves acme's allocated bytes where it found them (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 
 
 # Shared by the child scripts: baseline checks after a scenario.

@@ -5,7 +5,6 @@ instead of silently working on a simulator only.
 Each scenario runs in a fresh interpreter started with ACME_PROTECT=1.
 """
 
-import gc
 import os
 import signal
 import subprocess
@@ -22,16 +21,8 @@ def run_child(code, timeout=120, protect="1"):
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(autouse=True)
-def no_device_memory_leak():
-    """Every test leaves the caching allocator's allocated bytes where it found them."""
-    count = torch.accelerator.device_count()
-    gc.collect()
-    before = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    yield
-    gc.collect()
-    after = [torch.accelerator.memory_allocated(i) for i in range(count)]
-    assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"
+# Every test leaves acme's allocated bytes where it found them (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 
 
 RAW_READ = """
