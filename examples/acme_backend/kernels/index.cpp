@@ -31,13 +31,6 @@ void by_elsize(const char* op, int64_t elsize, F&& f) {
   }
 }
 
-int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
-  const int64_t n = std::max<int64_t>(ndim, 1);
-  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
-                   -n, ", ", n - 1, "], but got ", d, ")");
-  return d < 0 ? d + n : d;
-}
-
 // Contiguous copy of `t` in dtype `st` (always a fresh tensor when `fresh`).
 at::Tensor contiguous_as(const char* op, const at::Tensor& t, at::ScalarType st, bool fresh = false) {
   if (!fresh && t.scalar_type() == st && t.is_contiguous()) return t;

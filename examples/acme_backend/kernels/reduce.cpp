@@ -28,13 +28,6 @@ using namespace acme::common;
 
 namespace {
 
-int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
-  const int64_t n = std::max<int64_t>(ndim, 1);  // 0-dim tensors accept dim 0 / -1
-  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
-                   -n, ", ", n - 1, "], but got ", d, ")");
-  return d < 0 ? d + n : d;
-}
-
 // Reduced-dim mask from an optional dim list (None or [] = all dims).
 std::vector<bool> dim_mask(const char* op, const at::Tensor& self, at::OptionalIntArrayRef dims) {
   const int64_t nd = self.dim();

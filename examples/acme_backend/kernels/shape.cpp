@@ -20,13 +20,6 @@ using namespace acme::common;
 
 namespace {
 
-int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
-  const int64_t n = std::max<int64_t>(ndim, 1);
-  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
-                   -n, ", ", n - 1, "], but got ", d, ")");
-  return d < 0 ? d + n : d;
-}
-
 // dst window (raw pointer, sizes, element strides, dtype) <- src (broadcast to
 // the window's sizes), converting dtype when they differ.
 void copy_window(const char* op, char* dst, at::IntArrayRef sizes, at::IntArrayRef strides,

@@ -22,13 +22,6 @@ using namespace acme::common;
 
 namespace {
 
-int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
-  const int64_t n = std::max<int64_t>(ndim, 1);
-  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
-                   -n, ", ", n - 1, "], but got ", d, ")");
-  return d < 0 ? d + n : d;
-}
-
 template <class M>
 bool isnan_m(M v) {
   if constexpr (std::is_floating_point_v<M>) return std::isnan(v);

@@ -50,4 +50,12 @@ inline void check_same_device(const char* op, const at::Tensor& ref, const at::T
               "' is on ", t.device(), " and another on ", ref.device());
 }
 
+// A dim argument in [-ndim, ndim) made non-negative; 0-dim tensors accept 0 and -1.
+inline int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
+  const int64_t n = ndim > 1 ? ndim : 1;
+  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
+                   -n, ", ", n - 1, "], but got ", d, ")");
+  return d < 0 ? d + n : d;
+}
+
 }  // namespace acme::common
