@@ -164,8 +164,9 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     emit("tests/test_conformance.py.j2", f"tests/generated/test_{backend.name}_conformance.py",
          cases_py=pprint.pformat(cases, width=100), skipped_py=pprint.pformat(skipped, width=100))
 
+    functions = signatures.native_functions()
     lock = {"torch_version": torch_version,
-            "schemas": {spec.op: spec.schema if spec.is_custom else signatures.signature_of(spec.op).schema
+            "schemas": {spec.op: spec.schema if spec.is_custom else str(functions[spec.op].func)
                         for spec in backend.ops}}
     writer.write(LOCK_FILE, json.dumps(lock, indent=1, sort_keys=True) + "\n", generated=False)
     result.seconds = time.perf_counter() - start
