@@ -15,7 +15,7 @@ from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFun
 from flsdk import __version__ as FLSDK_VERSION
 from flsdk.spec.model import Backend, OpSpec
 
-from . import signatures
+from . import autocast, signatures
 from .kernel_scan import KernelScan
 
 # torch dtype name -> c10::ScalarType enumerator.
@@ -23,13 +23,6 @@ SCALAR_TYPES = {
     "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
     "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
     "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
-}
-
-# Autocast must wrap the op that owns the autograd formula, so a policy given
-# for a backend-level op is registered on the op above it.
-AUTOCAST_ENTRY_POINT = {
-    "convolution_overrideable": "convolution",
-    "convolution_backward_overrideable": None,  # backward ops are never autocast
 }
 
 GLUE_SOURCES = [
@@ -186,17 +179,6 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
                 wrappers.append(wrapper)
-    autocast = []
-    seen = set()
-    for spec in aten_ops:
-        if spec.autocast == "none":
-            continue
-        base, _, overload = spec.op.partition(".")
-        base = AUTOCAST_ENTRY_POINT.get(base, base)
-        if base is None or (base, overload) in seen:
-            continue
-        seen.add((base, overload))
-        autocast.append({"name": base, "overload": overload, "policy": spec.autocast})
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
     values = {
         "ns": d.name,
@@ -222,7 +204,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
-        "autocast": autocast,
+        "autocast": autocast.template_values(backend.ops),
         "glue_sources": GLUE_SOURCES,
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),

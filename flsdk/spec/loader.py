@@ -143,6 +143,9 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         if variants:
             errors.add(doc.error(base + ("variants",), "variants are generated only for aten ops",
                                  "no variants on a custom op (declare each overload as its own op)"))
+        if ok["autocast"] and entry.get("autocast", "none") != "none":
+            errors.add(doc.error(base + ("autocast",), "autocast policies are generated only for aten ops",
+                                 "no autocast on a custom op (cast its inputs in the kernel or the caller)"))
     else:
         if "schema" in entry:
             errors.add(doc.error(base + ("schema",), "aten ops take their schema from torch",

@@ -32,7 +32,7 @@ class OpSpec:
     line: int                        # line of its `- op:` entry
     dtypes: tuple[str, ...]          # as listed (validated names from flsdk.spec.dtypes.DTYPES)
     variants: tuple[str, ...]        # subset of ("inplace", "out"), in the order listed
-    autocast: str                    # "none" | "lower_precision_fp" | "fp32" | "promote"
+    autocast: str                    # "none" (torch's policy) | "fallthrough" | "lower_precision_fp" | "fp32" | "promote"
     tolerances: dict[str, Tolerance]  # one per dtype in `dtypes` (explicit, else the dtype default)
     samples: tuple[list, ...]        # raw sample DSL lists (positional args, optional trailing kwargs dict)
     skip_conformance: str | None     # reason, or None
