@@ -127,8 +127,9 @@ def test_spec_policy_overrides_torch_and_fallthrough_removes_it():
 def test_backend_level_op_is_registered_on_the_op_that_owns_autograd():
     rules = by_op(autocast.policy_rules([spec("convolution_overrideable", "fp32")]))
     assert rules["convolution"].policy == "fp32" and "convolution_overrideable" not in rules
-    with pytest.raises(SpecError, match="backward ops are never autocast"):
-        autocast.policy_rules([spec("convolution_backward_overrideable", "fp32")])
+    for backward in ("convolution_backward_overrideable", "_softmax_backward_data"):
+        with pytest.raises(SpecError, match="backward ops are never autocast"):
+            autocast.policy_rules([spec(backward, "fp32")])
 
 
 def test_two_specs_setting_one_op_differently_is_an_error():

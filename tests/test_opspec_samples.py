@@ -26,7 +26,7 @@ OPSPEC_DIR = Path(__file__).resolve().parent.parent / "opspec"
 RANDOM_SKIP = "random: checked statistically"
 KNOWN_DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
                 "int8", "uint8", "bool"}
-AUTOCAST = {"none", "lower_precision_fp", "fp32", "promote"}
+AUTOCAST = {"none", "fallthrough", "lower_precision_fp", "fp32", "promote"}
 # Implemented by the generated glue of every backend; op specs must not list them.
 GLUE = {"empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias",
         "resize_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "fill_.Scalar",

@@ -266,6 +266,10 @@ def torch_rules() -> dict[str, Rule]:
         if op in header.redispatch:
             func, _, redispatch_sig = header.redispatch[op]
             redispatch = _redispatch_overload(func, redispatch_sig)
+        uncast = uncast_tensor_args(functions[op].func)
+        if uncast:
+            raise ValueError(f"autocast_mode.h gives {op} {policy}, but at::autocast::cached_cast would "
+                             f"leave {', '.join(uncast)} uncast; flsdk/codegen/autocast.py must handle it")
         rules[op] = Rule(op=op, policy=policy, source="torch", redispatch=redispatch)
     for op, what in CUDA_EXTRAS.items():
         if what == "banned":
@@ -292,7 +296,7 @@ def policy_rules(specs: list[OpSpec]) -> list[Rule]:
         if spec.is_custom or spec.autocast == "none":
             continue
         target = entry_point(spec.op)
-        if target is None:
+        if target is None or "_backward" in spec.op.partition(".")[0]:
             raise SpecError(spec.file, spec.line, "autocast",
                             f"{spec.op} runs inside autograd's backward; backward ops are never autocast",
                             "no autocast field on this op")
@@ -308,15 +312,15 @@ def policy_rules(specs: list[OpSpec]) -> list[Rule]:
         if target not in signatures.native_functions():
             raise SpecError(spec.file, spec.line, "autocast",
                             f"autocast of {spec.op} registers on {target}, which this torch does not have")
+        uncast = uncast_tensor_args(signatures.native_functions()[target].func)
+        if uncast:
+            raise SpecError(spec.file, spec.line, "autocast",
+                            f"{spec.autocast} on {target} would leave {', '.join(uncast)} uncast "
+                            "(at::autocast::cached_cast casts Tensor, Tensor? and Tensor[] arguments only)",
+                            "fallthrough or none")
         # The file, not its line: generated code must not change when a spec file's lines move.
         source = f"{Path(spec.file).parent.name}/{Path(spec.file).name}"
         rules[target] = Rule(op=target, policy=spec.autocast, source=source)
-    for rule in rules.values():
-        bad = uncast_tensor_args(signatures.native_functions()[rule.op].func)
-        if bad and rule.policy != "banned":
-            raise ValueError(f"autocast {rule.policy} on {rule.op} ({rule.source}) would leave "
-                             f"{', '.join(bad)} uncast; at::autocast::cached_cast casts only "
-                             "Tensor, Tensor? and Tensor[] arguments")
     return sorted(rules.values(), key=lambda r: r.op)
 
 
