@@ -91,15 +91,20 @@ def test_video_net_trains_natively_and_matches_cpu():
 
     assert dev[0] == pytest.approx(cpu[0], rel=1e-4)
     for name, g_cpu in cpu[1].items():
-        scale = g_cpu.abs().max().item() + 1e-6
+        # A conv bias before batch norm has a zero gradient up to rounding: the
+        # absolute floor keeps that noise from counting as a mismatch.
+        scale = g_cpu.abs().max().item()
         err = (dev[1][name] - g_cpu).abs().max().item()
-        assert err <= 1e-3 * scale, f"grad of {name}: max error {err:.3g} (scale {scale:.3g})"
+        assert err <= 1e-3 * scale + 1e-6, f"grad of {name}: max error {err:.3g} (scale {scale:.3g})"
     for name, p_cpu in cpu[2].items():
         torch.testing.assert_close(dev[2][name], p_cpu, atol=1e-4, rtol=1e-4, msg=name)
 
 
-def test_conv3d_rejects_mismatched_weight_with_a_clear_error():
-    x = torch.randn(1, 2, 4, 4, 4, device=DEVICE)
-    w = torch.randn(3, 2, 3, 3, device=DEVICE)  # a 2-d conv's weight for a 3-d input
-    with pytest.raises(RuntimeError, match="weight"):
-        torch.nn.functional.conv3d(x, w)
+def test_convolution_beyond_3d_is_refused_with_a_clear_error():
+    # PyTorch's frontend allows no 4-d convolution; the kernel's own check is
+    # reached through the backend-level op, and names the op and the rank.
+    x = torch.randn(1, 1, 2, 2, 2, 2, device=DEVICE)
+    w = torch.randn(1, 1, 1, 1, 1, 1, device=DEVICE)
+    with pytest.raises(RuntimeError, match=r"convolution_overrideable.*3-d, 4-d or 5-d input"):
+        torch.ops.aten.convolution_overrideable(x, w, None, [1] * 4, [0] * 4, [1] * 4, False,
+                                                [0] * 4, 1)
