@@ -1,11 +1,12 @@
 // acme convolution kernels: convolution_overrideable and
-// convolution_backward_overrideable, the ops PyTorch routes conv1d/conv2d and
-// conv_transpose1d/2d to on a PrivateUse1 device; plus the im2col / col2im
+// convolution_backward_overrideable, the ops PyTorch routes conv1d/2d/3d and
+// conv_transpose1d/2d/3d to on a PrivateUse1 device; plus the im2col / col2im
 // ops (nn.Unfold / nn.Fold), which are this file's building blocks.
 //
 // Method: im2col + GEMM per image and group. Every direction is one of three
 // primitives on a "plain conv" geometry, where the big side has C channels of
-// H x W and the small side O channels of Ho x Wo:
+// D x H x W and the small side O channels of Do x Ho x Wo (1-d and 2-d convs
+// are 3-d ones with unit leading spatial dims):
 //   fwd        small = W  @ im2col(big)
 //   bwd_data   big   = col2im(W^T @ small)
 //   bwd_weight W    += small @ im2col(big)^T
@@ -34,31 +35,38 @@ using nn::Mat;
 
 struct ConvGeom {
   int64_t N = 0, G = 1;
-  int64_t C = 0, H = 0, W = 0;     // big side (plain conv input)
-  int64_t O = 0, Ho = 0, Wo = 0;   // small side (plain conv output)
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t C = 0, D = 1, H = 0, W = 0;     // big side (plain conv input)
+  int64_t O = 0, Do = 1, Ho = 0, Wo = 0;  // small side (plain conv output)
+  int64_t kd = 1, kh = 1, kw = 1, sd = 1, sh = 1, sw = 1, pd = 0, ph = 0, pw = 0;
+  int64_t dd = 1, dh = 1, dw = 1;
   int64_t Cg() const { return C / G; }
   int64_t Og() const { return O / G; }
-  int64_t K() const { return Cg() * kh * kw; }     // rows of a column matrix
-  int64_t P() const { return Ho * Wo; }            // columns of a column matrix
-  // A 1x1 kernel with unit stride and no padding reads the big side as is.
+  int64_t K() const { return Cg() * kd * kh * kw; }  // rows of a column matrix
+  int64_t P() const { return Do * Ho * Wo; }         // columns of a column matrix
+  int64_t S() const { return D * H * W; }            // big-side elements per channel
+  // A 1x1(x1) kernel with unit stride and no padding reads the big side as is.
   bool pointwise() const {
-    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+    return kd == 1 && kh == 1 && kw == 1 && sd == 1 && sh == 1 && sw == 1 && pd == 0 &&
+           ph == 0 && pw == 0;
   }
 };
 
-// Parameters as 2-d (h, w); 1-d convs (3-d tensors) get a unit h dimension.
-std::array<int64_t, 2> param2(const char* op, const char* name, at::IntArrayRef p, int64_t sd,
+// Parameters as 3-d (d, h, w); 1-d and 2-d convs get unit leading dimensions.
+std::array<int64_t, 3> param3(const char* op, const char* name, at::IntArrayRef p, int64_t sd,
                               int64_t unit) {
   ACME_CHECK(p.size() == static_cast<size_t>(sd) || p.size() == 1, op, name, " must have ", sd,
              " values for a ", sd, "-d convolution, got ", p);
-  if (sd == 1) return {unit, p[0]};
-  if (p.size() == 1) return {p[0], p[0]};
-  return {p[0], p[1]};
+  std::array<int64_t, 3> r{unit, unit, unit};
+  for (int64_t i = 0; i < sd; ++i) r[3 - sd + i] = p.size() == 1 ? p[0] : p[i];
+  return r;
 }
 
-// View a 3-d (N, C, L) tensor as (N, C, 1, L).
-at::Tensor as4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(2) : t; }
+// View a (N, C, L) or (N, C, H, W) tensor as (N, C, D, H, W) with unit leading dims.
+at::Tensor as5d(const at::Tensor& t) {
+  if (t.dim() == 3) return t.unsqueeze(2).unsqueeze(2);
+  if (t.dim() == 4) return t.unsqueeze(2);
+  return t;
+}
 
 // Images per GEMM: small images are batched so one GEMM covers several of
 // them (a 1x1 or 2x2 late-ResNet feature map would otherwise give GEMMs with a
@@ -73,16 +81,24 @@ int64_t images_per_gemm(const ConvGeom& g) {
   return std::max<int64_t>(1, std::min(nb, g.N));
 }
 
-// im2col of one image/group: big (Cg, H, W) dense -> col (K, P) with row
+// im2col of one image/group: big (Cg, D, H, W) dense -> col (K, P) with row
 // stride ld (several images share a column buffer side by side).
 template <class T>
 void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
   const int64_t Cg = g.Cg();
   for (int64_t c = 0; c < Cg; ++c) {
-    const T* plane = big + c * g.H * g.W;
+   for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        T* row = col + ((c * g.kh + ki) * g.kw + kj) * ld;
+        T* krow = col + (((c * g.kd + kz) * g.kh + ki) * g.kw + kj) * ld;
+       for (int64_t od = 0; od < g.Do; ++od) {
+        T* row = krow + od * g.Ho * g.Wo;
+        const int64_t iz = od * g.sd - g.pd + kz * g.dd;
+        if (iz < 0 || iz >= g.D) {
+          std::fill(row, row + g.Ho * g.Wo, T(0));
+          continue;
+        }
+        const T* plane = big + (c * g.D + iz) * g.H * g.W;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           T* dst = row + oh * g.Wo;
@@ -106,20 +122,27 @@ void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
             }
           }
         }
+       }
       }
     }
+   }
   }
 }
 
-// col2im of one image/group: big (Cg, H, W) += scatter of col (K, P), row stride ld.
+// col2im of one image/group: big (Cg, D, H, W) += scatter of col (K, P), row stride ld.
 template <class T>
 void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
   const int64_t Cg = g.Cg();
   for (int64_t c = 0; c < Cg; ++c) {
-    T* plane = big + c * g.H * g.W;
+   for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * ld;
+        const T* krow = col + (((c * g.kd + kz) * g.kh + ki) * g.kw + kj) * ld;
+       for (int64_t od = 0; od < g.Do; ++od) {
+        const int64_t iz = od * g.sd - g.pd + kz * g.dd;
+        if (iz < 0 || iz >= g.D) continue;
+        const T* row = krow + od * g.Ho * g.Wo;
+        T* plane = big + (c * g.D + iz) * g.H * g.W;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           if (ih < 0 || ih >= g.H) continue;
@@ -137,8 +160,10 @@ void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
             }
           }
         }
+       }
       }
     }
+   }
   }
 }
 
@@ -172,10 +197,10 @@ void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* sm
   for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
     const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
+      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
       if (!direct) {
         for (int64_t j = 0; j < nb; ++j)
-          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W, col.data() + j * g.P(), ld);
+          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col.data() + j * g.P(), ld);
         cm_ = col.data();
       }
       Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
@@ -210,13 +235,13 @@ void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w
       }
       Mat<T> B{s, g.Og(), ld, ld, 1};
       if (direct) {
-        nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.H * g.W, g.P());
+        nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.S(), g.P());
         continue;
       }
       nn::gemm<T>(op, A, B, T(1), T(0), col.data(), ld);
       for (int64_t j = 0; j < nb; ++j) {
-        T* b = big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W;
-        std::fill(b, b + g.Cg() * g.H * g.W, T(0));
+        T* b = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
+        std::fill(b, b + g.Cg() * g.S(), T(0));
         col2im(g, col.data() + j * g.P(), ld, b);
       }
     }
@@ -235,10 +260,10 @@ void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* s
   for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
     const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
     for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
+      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
       if (!direct) {
         for (int64_t j = 0; j < nb; ++j)
-          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.H * g.W, col.data() + j * g.P(), ld);
+          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col.data() + j * g.P(), ld);
         cm_ = col.data();
       }
       const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
@@ -262,52 +287,69 @@ void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t
                "' to have the dtype of input (", cm::dtype_name(ref.scalar_type()), ")");
 }
 
-// Geometry from the 4-d input-side/weight shapes and parameters.
-// `in` is the op's input; for a transposed conv it is the small side.
-ConvGeom make_geom(const char* op, const at::Tensor& in4, const at::Tensor& w4,
+// Geometry from the 5-d input-side/weight shapes (as5d views) and parameters.
+// `in5` is the op's input; for a transposed conv it is the small side.
+ConvGeom make_geom(const char* op, const at::Tensor& in5, const at::Tensor& w5,
                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                    bool transposed, at::IntArrayRef output_padding, int64_t groups, int64_t sd) {
   ConvGeom g;
   ACME_CHECK(groups >= 1, op, "groups must be positive, got ", groups);
   g.G = groups;
-  auto s = param2(op, "stride", stride, sd, 1);
-  auto p = param2(op, "padding", padding, sd, 0);
-  auto d = param2(op, "dilation", dilation, sd, 1);
-  g.sh = s[0]; g.sw = s[1]; g.ph = p[0]; g.pw = p[1]; g.dh = d[0]; g.dw = d[1];
-  ACME_CHECK(g.sh > 0 && g.sw > 0, op, "stride must be positive, got ", stride);
-  ACME_CHECK(g.dh > 0 && g.dw > 0, op, "dilation must be positive, got ", dilation);
-  ACME_CHECK(g.ph >= 0 && g.pw >= 0, op, "padding must be non-negative, got ", padding);
-  g.kh = w4.size(2);
-  g.kw = w4.size(3);
-  g.N = in4.size(0);
+  const auto s = param3(op, "stride", stride, sd, 1);
+  const auto p = param3(op, "padding", padding, sd, 0);
+  const auto d = param3(op, "dilation", dilation, sd, 1);
+  g.sd = s[0]; g.sh = s[1]; g.sw = s[2];
+  g.pd = p[0]; g.ph = p[1]; g.pw = p[2];
+  g.dd = d[0]; g.dh = d[1]; g.dw = d[2];
+  for (int i = 0; i < 3; ++i) {
+    ACME_CHECK(s[i] > 0, op, "stride must be positive, got ", stride);
+    ACME_CHECK(d[i] > 0, op, "dilation must be positive, got ", dilation);
+    ACME_CHECK(p[i] >= 0, op, "padding must be non-negative, got ", padding);
+  }
+  g.kd = w5.size(2); g.kh = w5.size(3); g.kw = w5.size(4);
+  g.N = in5.size(0);
   if (!transposed) {
-    g.C = in4.size(1); g.H = in4.size(2); g.W = in4.size(3);
-    g.O = w4.size(0);
-    ACME_CHECK(g.C == w4.size(1) * groups, op, "expected input with ", w4.size(1) * groups,
-               " channels (weight ", w4.sizes(), ", groups ", groups, "), got ", in4.size(1));
+    g.C = in5.size(1); g.D = in5.size(2); g.H = in5.size(3); g.W = in5.size(4);
+    g.O = w5.size(0);
+    ACME_CHECK(g.C == w5.size(1) * groups, op, "expected input with ", w5.size(1) * groups,
+               " channels (weight ", w5.sizes(), ", groups ", groups, "), got ", in5.size(1));
     ACME_CHECK(g.O % groups == 0, op, "out channels ", g.O, " not divisible by groups ", groups);
-    g.Ho = (g.H + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-    g.Wo = (g.W + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-    ACME_CHECK(g.H + 2 * g.ph >= g.dh * (g.kh - 1) + 1 && g.W + 2 * g.pw >= g.dw * (g.kw - 1) + 1,
-               op, "kernel size ", w4.sizes().slice(2), " (dilated) is larger than the padded input ",
-               in4.sizes().slice(2));
+    const int64_t in[3] = {g.D, g.H, g.W}, k[3] = {g.kd, g.kh, g.kw};
+    int64_t out[3];
+    for (int i = 0; i < 3; ++i) {
+      ACME_CHECK(in[i] + 2 * p[i] >= d[i] * (k[i] - 1) + 1, op, "kernel size ",
+                 w5.sizes().slice(5 - sd), " (dilated) is larger than the padded input ",
+                 in5.sizes().slice(5 - sd));
+      out[i] = (in[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
+    }
+    g.Do = out[0]; g.Ho = out[1]; g.Wo = out[2];
   } else {
-    // weight (Cin, Cout/groups, kh, kw): plain-conv O = Cin (small side), C = Cout (big side).
-    auto op2 = param2(op, "output_padding", output_padding, sd, 0);
-    g.O = in4.size(1); g.Ho = in4.size(2); g.Wo = in4.size(3);
-    ACME_CHECK(w4.size(0) == g.O, op, "expected weight with ", g.O, " input channels, got ",
-               w4.sizes());
+    // weight (Cin, Cout/groups, kd, kh, kw): plain-conv O = Cin (small side), C = Cout (big side).
+    const auto op3 = param3(op, "output_padding", output_padding, sd, 0);
+    g.O = in5.size(1); g.Do = in5.size(2); g.Ho = in5.size(3); g.Wo = in5.size(4);
+    ACME_CHECK(w5.size(0) == g.O, op, "expected weight with ", g.O, " input channels, got ",
+               w5.sizes());
     ACME_CHECK(g.O % groups == 0, op, "in channels ", g.O, " not divisible by groups ", groups);
-    g.C = w4.size(1) * groups;
-    g.H = (g.Ho - 1) * g.sh - 2 * g.ph + g.dh * (g.kh - 1) + op2[0] + 1;
-    g.W = (g.Wo - 1) * g.sw - 2 * g.pw + g.dw * (g.kw - 1) + op2[1] + 1;
-    ACME_CHECK(g.H > 0 && g.W > 0, op, "transposed convolution output size is non-positive");
+    g.C = w5.size(1) * groups;
+    const int64_t small[3] = {g.Do, g.Ho, g.Wo}, k[3] = {g.kd, g.kh, g.kw};
+    int64_t big[3];
+    for (int i = 0; i < 3; ++i) {
+      big[i] = (small[i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op3[i] + 1;
+      ACME_CHECK(big[i] > 0, op, "transposed convolution output size is non-positive");
+    }
+    g.D = big[0]; g.H = big[1]; g.W = big[2];
   }
   return g;
 }
 
-// Big-side weight view used by the primitives: (O, Cg, kh, kw) for a plain conv;
-// a transposed conv's (Cin, Cout/g, kh, kw) weight already has that layout.
+// The output shape of a convolution: (N, C, spatial...) with sd spatial dims.
+std::vector<int64_t> conv_shape(int64_t N, int64_t C, int64_t D, int64_t H, int64_t W,
+                                int64_t sd) {
+  if (sd == 1) return {N, C, W};
+  if (sd == 2) return {N, C, H, W};
+  return {N, C, D, H, W};
+}
+
 }  // namespace
 
 at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
@@ -317,8 +359,8 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
                                       at::IntArrayRef output_padding, int64_t groups) {
   const char* op = "convolution_overrideable";
   const int64_t sd = input.dim() - 2;
-  ACME_CHECK_T(sd == 1 || sd == 2, op, input, "only 1-d and 2-d convolutions are supported, got ",
-               input.dim(), "-d input");
+  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
+               "3-d convolution), got ", input.dim(), "-d input");
   ACME_CHECK_T(weight.dim() == input.dim(), op, weight, "weight must be ", input.dim(),
                "-d, got ", weight.sizes());
   check_conv_dtype(op, input, input, "input");
@@ -327,23 +369,23 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (has_bias) {
     check_conv_dtype(op, input, *bias, "bias");
   }
-  const at::Tensor in4 = as4d(input), w4 = as4d(weight);
-  const ConvGeom g = make_geom(op, in4, w4, stride, padding, dilation, transposed,
+  const at::Tensor in5 = as5d(input), w5 = as5d(weight);
+  const ConvGeom g = make_geom(op, in5, w5, stride, padding, dilation, transposed,
                                output_padding, groups, sd);
   const int64_t outC = transposed ? g.C : g.O;
+  const int64_t oD = transposed ? g.D : g.Do;
   const int64_t oH = transposed ? g.H : g.Ho, oW = transposed ? g.W : g.Wo;
   if (has_bias) {
     ACME_CHECK_T(bias->dim() == 1 && bias->size(0) == outC, op, *bias, "bias must have shape [",
                  outC, "], got ", bias->sizes());
   }
-  std::vector<int64_t> oshape = sd == 1 ? std::vector<int64_t>{g.N, outC, oW}
-                                        : std::vector<int64_t>{g.N, outC, oH, oW};
+  const std::vector<int64_t> oshape = conv_shape(g.N, outC, oD, oH, oW, sd);
   at::Tensor out = at::empty(oshape, input.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, in4);
-    auto w = nn::load<Acc>(op, w4);
+    auto x = nn::load<Acc>(op, in5);
+    auto w = nn::load<Acc>(op, w5);
     nn::OutBuf<Acc> ob(out);
     Acc* y = ob.data();
     if (g.K() == 0 || x.data() == nullptr) {
@@ -355,7 +397,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     }
     if (has_bias) {
       auto b = nn::load<Acc>(op, *bias);
-      const int64_t plane = oH * oW;
+      const int64_t plane = oD * oH * oW;
       for (int64_t n = 0; n < g.N; ++n)
         for (int64_t c = 0; c < outC; ++c) {
           Acc* p = y + (n * outC + c) * plane;
@@ -374,21 +416,22 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     at::IntArrayRef output_padding, int64_t groups, ::std::array<bool, 3> output_mask) {
   const char* op = "convolution_backward_overrideable";
   const int64_t sd = input.dim() - 2;
-  ACME_CHECK_T(sd == 1 || sd == 2, op, input, "only 1-d and 2-d convolutions are supported, got ",
-               input.dim(), "-d input");
+  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
+               "3-d convolution), got ", input.dim(), "-d input");
   ACME_CHECK_T(weight.dim() == input.dim() && grad_output.dim() == input.dim(), op, weight,
                "weight and grad_output must be ", input.dim(), "-d");
   check_conv_dtype(op, input, input, "input");
   check_conv_dtype(op, input, weight, "weight");
   check_conv_dtype(op, input, grad_output, "grad_output");
-  const at::Tensor in4 = as4d(input), w4 = as4d(weight), go4 = as4d(grad_output);
-  const ConvGeom g = make_geom(op, in4, w4, stride, padding, dilation, transposed,
+  const at::Tensor in5 = as5d(input), w5 = as5d(weight), go5 = as5d(grad_output);
+  const ConvGeom g = make_geom(op, in5, w5, stride, padding, dilation, transposed,
                                output_padding, groups, sd);
   {
     const int64_t outC = transposed ? g.C : g.O;
+    const int64_t oD = transposed ? g.D : g.Do;
     const int64_t oH = transposed ? g.H : g.Ho, oW = transposed ? g.W : g.Wo;
-    ACME_CHECK_T(go4.size(0) == g.N && go4.size(1) == outC && go4.size(2) == oH &&
-                     go4.size(3) == oW,
+    ACME_CHECK_T(go5.size(0) == g.N && go5.size(1) == outC && go5.size(2) == oD &&
+                     go5.size(3) == oH && go5.size(4) == oW,
                  op, grad_output, "grad_output has shape ", grad_output.sizes(),
                  ", expected the convolution output shape");
   }
@@ -398,12 +441,12 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (output_mask[2]) gb = at::empty({transposed ? g.C : g.O}, grad_output.options());
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, go4);
+    auto go = nn::load<Acc>(op, go5);
     const bool empty_k = g.K() == 0;
     if (output_mask[0] && gi.numel() > 0) {
-      auto w = nn::load<Acc>(op, w4);
+      auto w = nn::load<Acc>(op, w5);
       nn::OutBuf<Acc> ob(gi);
-      if (empty_k || go4.numel() == 0) {
+      if (empty_k || go5.numel() == 0) {
         std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
       } else if (!transposed) {
         conv_bwd_data<Acc>(op, g, go.data(), w.data(), ob.data());
@@ -413,9 +456,9 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
       ob.finish(op);
     }
     if (output_mask[1] && gw.numel() > 0) {
-      auto x = nn::load<Acc>(op, in4);
+      auto x = nn::load<Acc>(op, in5);
       nn::OutBuf<Acc> ob(gw);
-      if (g.N == 0 || g.P() == 0 || g.H * g.W == 0) {
+      if (g.N == 0 || g.P() == 0 || g.S() == 0) {
         std::fill(ob.data(), ob.data() + gw.numel(), Acc(0));
       } else if (!transposed) {
         conv_bwd_weight<Acc>(op, g, x.data(), go.data(), ob.data());
@@ -427,7 +470,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     }
     if (output_mask[2] && gb.numel() > 0) {
       const int64_t C = gb.size(0);
-      const int64_t plane = go4.size(2) * go4.size(3);
+      const int64_t plane = go5.size(2) * go5.size(3) * go5.size(4);
       std::vector<Acc> acc(static_cast<size_t>(C), Acc(0));
       for (int64_t n = 0; n < g.N; ++n)
         for (int64_t c = 0; c < C; ++c) {
@@ -485,7 +528,7 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
     auto x = nn::load<Acc>(op, x4);
     nn::OutBuf<Acc> ob(out);
     for (int64_t n = 0; n < g.N; ++n)
-      im2col(g, x.data() + n * g.C * g.H * g.W, ob.data() + n * g.K() * g.P(), g.P());
+      im2col(g, x.data() + n * g.C * g.S(), ob.data() + n * g.K() * g.P(), g.P());
     ob.finish(op);
   });
   return out;
@@ -519,7 +562,7 @@ at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
     nn::OutBuf<Acc> ob(out);
     std::fill(ob.data(), ob.data() + out.numel(), Acc(0));
     for (int64_t n = 0; n < g.N; ++n)
-      col2im(g, c.data() + n * g.K() * g.P(), g.P(), ob.data() + n * g.C * g.H * g.W);
+      col2im(g, c.data() + n * g.K() * g.P(), g.P(), ob.data() + n * g.C * g.S());
     ob.finish(op);
   });
   return out;

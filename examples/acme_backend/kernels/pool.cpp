@@ -1,9 +1,12 @@
 // acme pooling kernels: max_pool2d_with_indices (+ backward), avg_pool2d
 // (+ backward), _adaptive_avg_pool2d (+ backward), adaptive_max_pool2d
-// (+ backward) on (C, H, W) or (N, C, H, W) inputs; max_pool3d_with_indices
-// and avg_pool3d on (C, D, H, W) or (N, C, D, H, W) inputs. Each (n, c) plane is pooled independently on a dense staging copy
+// (+ backward) on (C, H, W) or (N, C, H, W) inputs; max_pool3d_with_indices,
+// avg_pool3d, _adaptive_avg_pool3d and adaptive_max_pool3d (+ backward) on
+// (C, D, H, W) or (N, C, D, H, W) inputs. Each (n, c) plane (or volume) is
+// pooled independently on a dense staging copy
 // in the compute type; outputs are contiguous. Max-pool indices are flat
-// offsets into the input plane (h * W + w), as PyTorch defines them.
+// offsets into the input plane (h * W + w) or volume ((d * H + h) * W + w),
+// as PyTorch defines them.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
@@ -485,12 +488,112 @@ Pool3d make_pool3d(const char* op, const at::Tensor& self, at::IntArrayRef kerne
   return p;
 }
 
-std::vector<int64_t> out_shape3(const at::Tensor& self, const Pool3d& p) {
+std::vector<int64_t> out_shape3(const at::Tensor& self, int64_t Do, int64_t Ho, int64_t Wo) {
   std::vector<int64_t> s(self.sizes().begin(), self.sizes().end());
-  s[s.size() - 3] = p.Do;
-  s[s.size() - 2] = p.Ho;
-  s[s.size() - 1] = p.Wo;
+  s[s.size() - 3] = Do;
+  s[s.size() - 2] = Ho;
+  s[s.size() - 1] = Wo;
   return s;
+}
+std::vector<int64_t> out_shape3(const at::Tensor& self, const Pool3d& p) {
+  return out_shape3(self, p.Do, p.Ho, p.Wo);
+}
+
+// An avg-pool3d window: [st, en) per dim clipped to the input, and its divisor
+// (0 when the window lies entirely in the padding).
+struct AvgWin3 {
+  int64_t st[3], en[3];
+  int64_t div;
+};
+AvgWin3 avg_window3(const Pool3d& p, const int64_t (&oi)[3], bool count_include_pad,
+                    std::optional<int64_t> divisor_override) {
+  const int64_t in[3] = {p.D, p.H, p.W};
+  AvgWin3 w{};
+  int64_t pool_size = 1, valid = 1;
+  for (int i = 0; i < 3; ++i) {
+    w.st[i] = oi[i] * p.s[i] - p.p[i];
+    w.en[i] = std::min(w.st[i] + p.k[i], in[i] + p.p[i]);
+    pool_size *= w.en[i] - w.st[i];
+    w.st[i] = std::max<int64_t>(w.st[i], 0);
+    w.en[i] = std::min(w.en[i], in[i]);
+    valid *= std::max<int64_t>(w.en[i] - w.st[i], 0);
+  }
+  w.div = valid == 0                     ? 0
+          : divisor_override.has_value() ? *divisor_override
+          : count_include_pad            ? pool_size
+                                         : valid;
+  return w;
+}
+
+// The input and output volumes of an adaptive 3-d pool; output_size checked.
+struct Adaptive3d {
+  int64_t planes = 0, in[3] = {0, 0, 0}, out[3] = {0, 0, 0};
+  int64_t vol() const { return in[0] * in[1] * in[2]; }
+  int64_t ovol() const { return out[0] * out[1] * out[2]; }
+};
+Adaptive3d make_adaptive3d(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
+                           bool allow_zero) {
+  make_pool3d(op, self, {1}, {}, {}, {}, false);  // rank, dtype and non-empty checks
+  ACME_CHECK(output_size.size() == 3, op, "output_size must have 3 values, got ", output_size);
+  Adaptive3d a;
+  for (int i = 0; i < 3; ++i) {
+    ACME_CHECK(allow_zero ? output_size[i] >= 0 : output_size[i] > 0, op, "output_size must be ",
+               allow_zero ? "non-negative" : "positive", ", got ", output_size);
+    a.in[i] = self.size(self.dim() - 3 + i);
+    a.out[i] = output_size[i];
+  }
+  a.planes = self.numel() / a.vol();
+  return a;
+}
+
+// Calls f(flat input offset) for every element of the adaptive window of output (od, oh, ow).
+template <class F>
+void for_adaptive_window(const Adaptive3d& a, int64_t od, int64_t oh, int64_t ow, F&& f) {
+  const int64_t o[3] = {od, oh, ow};
+  int64_t st[3], en[3];
+  for (int i = 0; i < 3; ++i) {
+    st[i] = ada_start(o[i], a.out[i], a.in[i]);
+    en[i] = ada_end(o[i], a.out[i], a.in[i]);
+  }
+  for (int64_t z = st[0]; z < en[0]; ++z)
+    for (int64_t y = st[1]; y < en[1]; ++y)
+      for (int64_t x = st[2]; x < en[2]; ++x) f((z * a.in[1] + y) * a.in[2] + x);
+}
+
+int64_t adaptive_window_size(const Adaptive3d& a, int64_t od, int64_t oh, int64_t ow) {
+  const int64_t o[3] = {od, oh, ow};
+  int64_t n = 1;
+  for (int i = 0; i < 3; ++i)
+    n *= ada_end(o[i], a.out[i], a.in[i]) - ada_start(o[i], a.out[i], a.in[i]);
+  return n;
+}
+
+// grad_input (self's shape) = scatter-add of grad_output through flat per-plane indices.
+at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output,
+                                   const at::Tensor& self, const at::Tensor& indices,
+                                   int64_t vol) {
+  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
+               grad_output, "grad_output ", grad_output.sizes(), " and indices ",
+               indices.sizes(), " must have the same shape and the rank of self");
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  const int64_t planes = self.numel() / vol;
+  const int64_t per = planes ? grad_output.numel() / planes : 0;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    auto ix = dense_long(op, indices);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t o = 0; o < per; ++o) {
+        const int64_t k = ix.ptr[pl * per + o];
+        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a volume of ", vol);
+        ob.data()[pl * vol + k] += go.data()[pl * per + o];
+      }
+    ob.finish(op);
+  });
+  return gi;
 }
 }  // namespace
 
@@ -563,41 +666,183 @@ at::Tensor k_avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel_size,
     auto x = nn::load<Acc>(op, self);
     nn::OutBuf<Acc> ob(out);
     const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-    const int64_t in[3] = {p.D, p.H, p.W};
     for (int64_t pl = 0; pl < p.planes; ++pl) {
       const Acc* src = x.data() + pl * vol;
       int64_t o = pl * ovol;
       for (int64_t od = 0; od < p.Do; ++od)
         for (int64_t oh = 0; oh < p.Ho; ++oh)
           for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-            const int64_t oi[3] = {od, oh, ow};
-            int64_t st[3], en[3];
-            int64_t pool_size = 1, valid = 1;
-            for (int i = 0; i < 3; ++i) {
-              st[i] = oi[i] * p.s[i] - p.p[i];
-              en[i] = std::min(st[i] + p.k[i], in[i] + p.p[i]);
-              pool_size *= en[i] - st[i];
-              st[i] = std::max<int64_t>(st[i], 0);
-              en[i] = std::min(en[i], in[i]);
-              valid *= std::max<int64_t>(en[i] - st[i], 0);
-            }
-            if (valid == 0) {
+            const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
+            if (w.div == 0) {
               ob.data()[o] = Acc(0);
               continue;
             }
             double sum = 0;
-            for (int64_t z = st[0]; z < en[0]; ++z)
-              for (int64_t y = st[1]; y < en[1]; ++y)
-                for (int64_t xw = st[2]; xw < en[2]; ++xw) sum += src[(z * p.H + y) * p.W + xw];
-            const int64_t div = divisor_override.has_value() ? *divisor_override
-                                : count_include_pad              ? pool_size
-                                                                 : valid;
-            ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(div));
+            for (int64_t z = w.st[0]; z < w.en[0]; ++z)
+              for (int64_t y = w.st[1]; y < w.en[1]; ++y)
+                for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) sum += src[(z * p.H + y) * p.W + xw];
+            ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(w.div));
           }
     }
     ob.finish(op);
   });
   return out;
+}
+
+at::Tensor k_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                                 ::std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool3d_backward";
+  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, {}, ceil_mode);
+  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+             "divisor must be not zero");
+  const auto shape = out_shape3(self, p);
+  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+    for (int64_t pl = 0; pl < p.planes; ++pl) {
+      Acc* g = ob.data() + pl * vol;
+      int64_t o = pl * ovol;
+      for (int64_t od = 0; od < p.Do; ++od)
+        for (int64_t oh = 0; oh < p.Ho; ++oh)
+          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+            const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
+            if (w.div == 0) continue;
+            const Acc v = go.data()[o] / Acc(w.div);
+            for (int64_t z = w.st[0]; z < w.en[0]; ++z)
+              for (int64_t y = w.st[1]; y < w.en[1]; ++y)
+                for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) g[(z * p.H + y) * p.W + xw] += v;
+          }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+at::Tensor k_max_pool3d_with_indices_backward(const at::Tensor& grad_output,
+                                              const at::Tensor& self,
+                                              at::IntArrayRef kernel_size,
+                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                              at::IntArrayRef dilation, bool ceil_mode,
+                                              const at::Tensor& indices) {
+  const char* op = "max_pool3d_with_indices_backward";
+  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  const auto shape = out_shape3(self, p);
+  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
+  return scatter_grad_by_indices(op, grad_output, self, indices, p.D * p.H * p.W);
+}
+
+at::Tensor k__adaptive_avg_pool3d(const at::Tensor& self, at::IntArrayRef output_size) {
+  const char* op = "_adaptive_avg_pool3d";
+  const Adaptive3d a = make_adaptive3d(op, self, output_size, /*allow_zero=*/true);
+  at::Tensor out = at::empty(out_shape3(self, a.out[0], a.out[1], a.out[2]), self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    int64_t o = 0;
+    for (int64_t pl = 0; pl < a.planes; ++pl) {
+      const Acc* src = x.data() + pl * a.vol();
+      for (int64_t od = 0; od < a.out[0]; ++od)
+        for (int64_t oh = 0; oh < a.out[1]; ++oh)
+          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+            Acc sum = 0;
+            for_adaptive_window(a, od, oh, ow, [&](int64_t k) { sum += src[k]; });
+            ob.data()[o] = sum / Acc(adaptive_window_size(a, od, oh, ow));
+          }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k__adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  const char* op = "_adaptive_avg_pool3d_backward";
+  ACME_CHECK_T(grad_output.dim() == self.dim() && self.dim() >= 3, op, grad_output,
+               "grad_output must have the rank of self");
+  const int64_t gd = grad_output.dim();
+  const Adaptive3d a = make_adaptive3d(
+      op, self, {grad_output.size(gd - 3), grad_output.size(gd - 2), grad_output.size(gd - 1)},
+      /*allow_zero=*/true);
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    int64_t o = 0;
+    for (int64_t pl = 0; pl < a.planes; ++pl) {
+      Acc* g = ob.data() + pl * a.vol();
+      for (int64_t od = 0; od < a.out[0]; ++od)
+        for (int64_t oh = 0; oh < a.out[1]; ++oh)
+          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+            const Acc v = go.data()[o] / Acc(adaptive_window_size(a, od, oh, ow));
+            for_adaptive_window(a, od, oh, ow, [&](int64_t k) { g[k] += v; });
+          }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
+::std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool3d(const at::Tensor& self,
+                                                           at::IntArrayRef output_size) {
+  const char* op = "adaptive_max_pool3d";
+  const Adaptive3d a = make_adaptive3d(op, self, output_size, /*allow_zero=*/false);
+  const auto shape = out_shape3(self, a.out[0], a.out[1], a.out[2]);
+  at::Tensor out = at::empty(shape, self.options());
+  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
+  if (out.numel() == 0) return {out, idx};
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    int64_t* ip = idx.data_ptr<int64_t>();
+    int64_t o = 0;
+    for (int64_t pl = 0; pl < a.planes; ++pl) {
+      const Acc* src = x.data() + pl * a.vol();
+      for (int64_t od = 0; od < a.out[0]; ++od)
+        for (int64_t oh = 0; oh < a.out[1]; ++oh)
+          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+            Acc best = -std::numeric_limits<Acc>::infinity();
+            int64_t bi = -1;
+            bool nan_found = false;
+            // The first maximum (or the first NaN) wins, as on CPU.
+            for_adaptive_window(a, od, oh, ow, [&](int64_t k) {
+              if (nan_found) return;
+              const Acc v = src[k];
+              if (bi < 0 || v > best || std::isnan(v)) {
+                best = v;
+                bi = k;
+                nan_found = std::isnan(v);
+              }
+            });
+            ob.data()[o] = best;
+            ip[o] = bi;
+          }
+    }
+    ob.finish(op);
+  });
+  return {out, idx};
+}
+
+at::Tensor k_adaptive_max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                          const at::Tensor& indices) {
+  const char* op = "adaptive_max_pool3d_backward";
+  make_pool3d(op, self, {1}, {}, {}, {}, false);  // rank, dtype and non-empty checks
+  const int64_t vol = self.size(-3) * self.size(-2) * self.size(-1);
+  return scatter_grad_by_indices(op, grad_output, self, indices, vol);
 }
 
 }  // namespace acme::kernels
