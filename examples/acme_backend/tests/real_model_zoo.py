@@ -1,0 +1,448 @@
+"""Real architectures from torchvision, timm and Hugging Face transformers (and
+torch.nn's RNNs), built from configs with random weights, and one training step
+of each on any device.
+
+Nobody in this repo wrote these models: they are what users bring. Each case is
+small (few layers, narrow, 32x32 images, 16-token sequences) so one step takes
+well under a second on CPU, but keeps what makes its family hard: biased,
+depthwise and grouped convolutions, squeeze-excitation, layer scale, windowed
+attention with relative position bias, RoPE with grouped-query attention,
+encoder-decoder cross attention, a conv1d audio front end, fused RNN cells.
+
+Used by test_real_models.py, and runnable as a survey that prints, per model
+and precision, pass / first error line / ops on the CPU fallback:
+
+    python examples/acme_backend/tests/real_model_zoo.py [name ...]
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# ---------------------------------------------------------------------------
+# Importing torchvision on a CPU-only torch.
+#
+# PyPI's torchvision wheel is built against CUDA: its compiled ops library
+# (torchvision/_C.so: nms, roi_align, deform_conv2d ...) links libtorch_cuda.so
+# and cannot load on our CPU torch. torchvision tolerates that by design
+# (torchvision/extension.py catches the OSError and _has_ops() turns False, and
+# every meta/autograd registration is guarded by _has_ops()) except two:
+# torchvision/_meta_registrations.py calls
+# torch.library.register_fake("torchvision::nms") and ("torchvision::qnms")
+# unguarded, which raises "RuntimeError: operator torchvision::nms does not
+# exist", so `import torchvision` (and timm, and transformers, which import
+# it) fails. The model definitions never use those ops.
+#
+# Smallest workaround: only when that import fails for this reason, declare the
+# two schemas that _C.so would have declared, then import again. Calling
+# torchvision.ops.nms then raises "no kernel" (as it should: there is none);
+# the models import and run. If _C.so loads (a matching CPU wheel), nothing is
+# declared.
+# ---------------------------------------------------------------------------
+_TORCHVISION_SCHEMAS = {
+    "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+}
+_torchvision_fragment = None  # keeps the declared schemas alive
+
+
+def import_torchvision():
+    global _torchvision_fragment
+    try:
+        return importlib.import_module("torchvision")
+    except RuntimeError as e:
+        if "operator torchvision::nms does not exist" not in str(e):
+            raise
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]  # the half-imported package from the failed attempt
+    _torchvision_fragment = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_SCHEMAS.values():
+        _torchvision_fragment.define(schema)
+    return importlib.import_module("torchvision")
+
+
+def import_package(name: str):
+    """torchvision, timm or transformers (the last two import torchvision)."""
+    if name in ("torchvision", "timm", "transformers"):
+        import_torchvision()
+    return importlib.import_module(name)
+
+
+# ---------------------------------------------------------------------------
+# The cases
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    package: str  # the package that must be importable ("torch" for nn.LSTM & co)
+    build: Callable[[], nn.Module]
+    batch: Callable[[], tuple]  # CPU tensors
+    loss: Callable[[nn.Module, tuple], torch.Tensor]
+    slow: bool = False
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _images(n=4, c=3, size=32, classes=10, seed=0):
+    g = _gen(seed)
+    return torch.randn(n, c, size, size, generator=g), torch.randint(0, classes, (n,), generator=g)
+
+
+def _cnn_images():
+    # 64x64 so that the last stage of a stride-32 CNN still has 2x2 pixels: batch
+    # norm over 4 samples x 1 pixel normalizes almost everything to +-1 and leaves
+    # only rounding noise in the gradients of the layers below.
+    return _images(size=64)
+
+
+def _classify(model, batch):
+    x, y = batch
+    out = model(x)
+    if isinstance(out, dict):  # torchvision segmentation models
+        out = out["out"]
+    return F.cross_entropy(out, y)
+
+
+def _segmentation_batch():
+    g = _gen(2)
+    return torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 3, (4, 64, 64), generator=g)
+
+
+def _video_batch():
+    g = _gen(3)
+    return torch.randn(2, 3, 4, 32, 32, generator=g), torch.randint(0, 10, (2,), generator=g)
+
+
+VOCAB, SEQ = 128, 16
+
+
+def _tokens(seed=4, n=2, length=SEQ):
+    return torch.randint(0, VOCAB, (n, length), generator=_gen(seed))
+
+
+def _hf_loss(model, batch):
+    return model(**batch[0]).loss
+
+
+# --- torchvision -----------------------------------------------------------
+def _tv():
+    return import_torchvision().models
+
+
+def _tv_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
+                             hidden_dim=64, mlp_dim=128, num_classes=10)
+
+
+def _tv_swin():
+    from torchvision.models.swin_transformer import SwinTransformer, SwinTransformerBlockV2, PatchMergingV2
+    return SwinTransformer(patch_size=[2, 2], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                           window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10)
+
+
+def _tv_swin_v2():
+    from torchvision.models.swin_transformer import SwinTransformer, SwinTransformerBlockV2, PatchMergingV2
+    return SwinTransformer(patch_size=[2, 2], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                           window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10,
+                           block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2)
+
+
+def _tv_convnext():
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    return ConvNeXt([CNBlockConfig(32, 64, 2), CNBlockConfig(64, None, 2)],
+                    stochastic_depth_prob=0.0, num_classes=10)
+
+
+def _tv_deeplab():
+    return _tv().segmentation.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None,
+                                                             num_classes=3, aux_loss=False)
+
+
+def _tv_fcn():
+    return _tv().segmentation.fcn_resnet50(weights=None, weights_backbone=None, num_classes=3,
+                                           aux_loss=False)
+
+
+# --- timm ------------------------------------------------------------------
+def _timm(name, **kw):
+    def build():
+        return import_package("timm").create_model(name, pretrained=False, num_classes=10, **kw)
+    return build
+
+
+# --- transformers ----------------------------------------------------------
+def _hf(config_name, model_name, **config):
+    def build():
+        tf = import_package("transformers")
+        cfg = getattr(tf, config_name)(**config)
+        cfg._attn_implementation = "sdpa"  # what users get by default on CPU/CUDA
+        return getattr(tf, model_name)(cfg)
+    return build
+
+
+def _causal_lm_batch():
+    ids = _tokens()
+    return ({"input_ids": ids, "labels": ids},)
+
+
+def _masked_lm_batch():
+    ids = _tokens()
+    labels = ids.clone()
+    labels[:, ::2] = -100  # only every other position is scored, as in MLM
+    return ({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels},)
+
+
+def _seq2seq_batch():
+    return ({"input_ids": _tokens(5), "labels": _tokens(6, length=SEQ // 2)},)
+
+
+WHISPER_MELS, WHISPER_FRAMES = 16, 32  # frames = 2 * max_source_positions (stride-2 conv)
+
+
+def _whisper_batch():
+    feats = torch.randn(2, WHISPER_MELS, WHISPER_FRAMES, generator=_gen(7))
+    return ({"input_features": feats, "labels": _tokens(8, length=SEQ // 2)},)
+
+
+_TINY_DECODER = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, max_position_embeddings=64)
+
+
+# --- torch.nn RNNs ---------------------------------------------------------
+class RNNClassifier(nn.Module):
+    """Embedding -> 2-layer (bi)RNN -> linear over the last step, as in a
+    sequence classifier; `cell` is nn.LSTM, nn.GRU or nn.RNN."""
+
+    def __init__(self, cell, bidirectional=False, hidden=32):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 24)
+        self.rnn = cell(24, hidden, num_layers=2, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(hidden * (2 if bidirectional else 1), 10)
+
+    def forward(self, ids):
+        out, _ = self.rnn(self.embed(ids))
+        return self.head(out[:, -1])
+
+
+def _seq_batch():
+    return _tokens(9), torch.randint(0, 10, (2,), generator=_gen(10))
+
+
+CASES: dict[str, Case] = {c.name: c for c in [
+    # torchvision: the stock constructors where they are small enough at 32x32
+    Case("tv-resnet18", "torchvision", lambda: _tv().resnet18(num_classes=10), _cnn_images, _classify),
+    Case("tv-mobilenet_v3_small", "torchvision", lambda: _tv().mobilenet_v3_small(num_classes=10),
+         _cnn_images, _classify),
+    Case("tv-efficientnet_b0", "torchvision", lambda: _tv().efficientnet_b0(num_classes=10),
+         _cnn_images, _classify),
+    Case("tv-convnext", "torchvision", _tv_convnext, _cnn_images, _classify),
+    Case("tv-regnet_y_400mf", "torchvision", lambda: _tv().regnet_y_400mf(num_classes=10),
+         _cnn_images, _classify),
+    Case("tv-squeezenet1_1", "torchvision", lambda: _tv().squeezenet1_1(num_classes=10),
+         _cnn_images, _classify),
+    Case("tv-vit", "torchvision", _tv_vit, _images, _classify),
+    Case("tv-swin", "torchvision", _tv_swin, _images, _classify),
+    Case("tv-swin_v2", "torchvision", _tv_swin_v2, _images, _classify),
+    Case("tv-deeplabv3_mobilenet_v3", "torchvision", _tv_deeplab, _segmentation_batch, _classify),
+    Case("tv-fcn_resnet50", "torchvision", _tv_fcn, _segmentation_batch, _classify, slow=True),
+    Case("tv-r3d_18", "torchvision", lambda: _tv().video.r3d_18(num_classes=10), _video_batch,
+         _classify),
+    # timm
+    Case("timm-deit_tiny", "timm", _timm("deit_tiny_patch16_224", img_size=32, patch_size=8, depth=2),
+         _images, _classify),
+    Case("timm-convnext_atto", "timm", _timm("convnext_atto"), _cnn_images, _classify),
+    Case("timm-efficientnet_b0", "timm", _timm("efficientnet_b0"), _cnn_images, _classify,
+         slow=True),  # the family runs by default as tv-efficientnet_b0
+    Case("timm-maxvit_pico", "timm", _timm("maxvit_rmlp_pico_rw_256", img_size=64),
+         lambda: _images(size=64), _classify),
+    Case("timm-levit_128s", "timm", _timm("levit_128s", img_size=64), lambda: _images(size=64),
+         _classify),
+    # transformers
+    Case("hf-llama", "transformers",
+         _hf("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2, **_TINY_DECODER),
+         _causal_lm_batch, _hf_loss),
+    Case("hf-gpt2", "transformers",
+         _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+             n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+         _causal_lm_batch, _hf_loss),
+    Case("hf-bert", "transformers",
+         _hf("BertConfig", "BertForMaskedLM", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+             num_attention_heads=4, intermediate_size=128, max_position_embeddings=64,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+         _masked_lm_batch, _hf_loss),
+    Case("hf-t5", "transformers",
+         _hf("T5Config", "T5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
+             num_layers=2, num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0),
+         _seq2seq_batch, _hf_loss),
+    Case("hf-bart", "transformers",
+         _hf("BartConfig", "BartForConditionalGeneration", vocab_size=VOCAB, d_model=64,
+             encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0,
+             attention_dropout=0.0, activation_dropout=0.0),
+         _seq2seq_batch, _hf_loss),
+    Case("hf-whisper", "transformers",
+         _hf("WhisperConfig", "WhisperForConditionalGeneration", vocab_size=VOCAB,
+             num_mel_bins=WHISPER_MELS, d_model=64, encoder_layers=2, decoder_layers=2,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+             decoder_ffn_dim=128, max_source_positions=WHISPER_FRAMES // 2, max_target_positions=64,
+             dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+             decoder_start_token_id=1, eos_token_id=2, bos_token_id=1),
+         _whisper_batch, _hf_loss),
+    # torch.nn recurrent networks
+    Case("nn-lstm", "torch", lambda: RNNClassifier(nn.LSTM), _seq_batch, _classify),
+    Case("nn-bilstm", "torch", lambda: RNNClassifier(nn.LSTM, bidirectional=True), _seq_batch,
+         _classify),
+    Case("nn-gru", "torch", lambda: RNNClassifier(nn.GRU), _seq_batch, _classify),
+    Case("nn-rnn_tanh", "torch", lambda: RNNClassifier(nn.RNN), _seq_batch, _classify),
+]}
+
+
+# ---------------------------------------------------------------------------
+# One training step
+# ---------------------------------------------------------------------------
+def _without_dropout(model: nn.Module) -> nn.Module:
+    """Dropout and stochastic depth draw different random numbers on each
+    device; put only those modules in eval mode (batch norm keeps training)."""
+    for m in model.modules():
+        kind = type(m).__name__
+        if "Dropout" in kind or "DropPath" in kind or "StochasticDepth" in kind:
+            m.eval()
+    return model
+
+
+def make_model(case: Case) -> nn.Module:
+    torch.manual_seed(0)
+    return _without_dropout(case.build().train())
+
+
+@dataclasses.dataclass
+class Step:
+    loss: float
+    grads: dict[str, torch.Tensor]  # float32, on CPU, before the update
+    params: dict[str, torch.Tensor]  # float32, on CPU, after one SGD step
+
+
+def _to(batch, device):
+    if isinstance(batch, dict):
+        return {k: _to(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(v, device) for v in batch)
+    return batch.to(device)
+
+
+LR = 0.01  # SGD-momentum; its first step is p -= LR * grad
+
+
+def train_step(case: Case, model: nn.Module, device: str, autocast: torch.dtype | None) -> Step:
+    """Forward, backward and one SGD-momentum step of a copy of `model` on
+    `device`, under torch.autocast(device type, autocast) unless None."""
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    batch = _to(case.batch(), device)
+    with torch.autocast(torch.device(device).type, dtype=autocast or torch.float32,
+                        enabled=autocast is not None):
+        loss = case.loss(model, batch)
+    loss.backward()
+    grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters()
+             if p.grad is not None}
+    opt.step()
+    params = {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+    return Step(float(loss.detach().float().cpu()), grads, params)
+
+
+def float64_reference(case: Case, model: nn.Module) -> Step:
+    """The same step on CPU in float64: what both float32 runs are judged by.
+    Some of these gradients are ill-conditioned in float32 (batch norm over few
+    values, e.g. FCN's layer4 differs by 13 % between CPU float32 and float64),
+    so acme is asked to be about as close to float64 as CPU's float32 is, not
+    to match CPU's rounding."""
+    def batch():
+        return tuple(_double(t) for t in case.batch())
+    return train_step(dataclasses.replace(case, batch=batch), copy.deepcopy(model).double(), "cpu", None)
+
+
+def _double(x):
+    if isinstance(x, dict):
+        return {k: _double(v) for k, v in x.items()}
+    return x.double() if x.is_floating_point() else x
+
+
+def grad_errors(grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per parameter: ||grad - reference|| / ||reference|| (Frobenius), where a
+    reference smaller than 1e-3 of the model's largest is replaced by that floor
+    (a gradient that is zero up to rounding, like a conv bias under batch norm,
+    is judged on the model's scale)."""
+    norms = {n: g.double().norm().item() for n, g in reference.items()}
+    floor = 1e-3 * max(norms.values())
+    return {n: (grads[n].double() - g.double()).norm().item() / max(norms[n], floor, 1e-30)
+            for n, g in reference.items()}
+
+
+def grad_error(grads, reference) -> tuple[float, str]:
+    """The worst of grad_errors and its parameter's name."""
+    errs = grad_errors(grads, reference)
+    worst = max(errs, key=errs.get)
+    return errs[worst], worst
+
+
+# ---------------------------------------------------------------------------
+# Survey: python real_model_zoo.py [names] -> a Markdown table
+# ---------------------------------------------------------------------------
+def _survey_one(case: Case, device: str, autocast) -> str:
+    import torch_fl
+
+    try:
+        import_package(case.package)
+    except Exception as e:  # noqa: BLE001 - reported, not hidden
+        return f"not importable: {type(e).__name__}: {str(e).splitlines()[0]}"
+    model = make_model(case)
+    torch_fl.clear_fallback_log()
+    try:
+        dev = train_step(case, model, device, autocast)
+    except Exception as e:  # noqa: BLE001
+        fb = torch_fl.get_fallback_log()
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return f"ERROR {type(e).__name__}: {first}" + (f"; fallback: {_fb(fb)}" if fb else "")
+    fb = torch_fl.get_fallback_log()
+    cpu = train_step(case, model, "cpu", autocast)
+    ref = float64_reference(case, model)
+    rel = abs(dev.loss - cpu.loss) / max(1.0, abs(cpu.loss))
+    e_dev, e_cpu = grad_errors(dev.grads, ref.grads), grad_errors(cpu.grads, ref.grads)
+    worst = max(e_dev, key=lambda n: e_dev[n] / (e_cpu[n] + 1e-6))
+    verdict = (f"loss {dev.loss:.4f} vs cpu {cpu.loss:.4f} (rel {rel:.1e}); grad err vs float64: "
+               f"acme {max(e_dev.values()):.1e}, cpu {max(e_cpu.values()):.1e}; worst ratio "
+               f"{e_dev[worst]:.1e}/{e_cpu[worst]:.1e} ({worst})")
+    return ("pass; " if not fb else "runs; fallback: " + _fb(fb) + "; ") + verdict
+
+
+def _fb(log) -> str:
+    return ", ".join(f"{e['op']} x{e['count']}" for e in sorted(log, key=lambda e: -e["count"]))
+
+
+def main(argv: list[str]) -> None:
+    import time
+
+    torch.set_num_threads(1)  # see test_real_models.py: CPU's threads spin on a loaded machine
+    names = argv or list(CASES)
+    print("| model | float32 | bf16 autocast |\n| --- | --- | --- |")
+    for name in names:
+        case = CASES[name]
+        t = time.perf_counter()
+        f32 = _survey_one(case, "acme", None)
+        bf16 = _survey_one(case, "acme", torch.bfloat16)
+        print(f"| {name} | {f32} | {bf16} |  <!-- {time.perf_counter() - t:.1f} s -->", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
