@@ -13,17 +13,11 @@ from dataclasses import dataclass
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
 from flsdk import __version__ as FLSDK_VERSION
+from flsdk.spec.dtypes import scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import signatures
 from .kernel_scan import KernelScan
-
-# torch dtype name -> c10::ScalarType enumerator.
-SCALAR_TYPES = {
-    "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-    "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-    "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
-}
 
 # Autocast must wrap the op that owns the autograd formula, so a policy given
 # for a backend-level op is registered on the op above it.
@@ -215,7 +209,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "fallback_allow": list(d.fallback.allow),
         "torch_version": torch_version,
         "flsdk_version": FLSDK_VERSION,
-        "dtype_enums": [SCALAR_TYPES[t] for t in d.dtypes],
+        "dtype_enums": [scalar_type(t) for t in d.dtypes],
         "dtype_names": ", ".join(d.dtypes),
         "amp_dtypes": list(d.amp_dtypes),
         "native_ops": registered,
