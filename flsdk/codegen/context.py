@@ -111,7 +111,7 @@ def _has_tested_dtype(value) -> bool:
     return False
 
 
-def tested_dtype_args(spec: OpSpec, func: FunctionSchema) -> set[str]:
+def args_of_tested_dtype(spec: OpSpec, func: FunctionSchema) -> set[str]:
     """Arguments that take the op's dtype (the spec's `dtypes`): those its
     samples draw as `T(...)`; without samples, the first tensor argument.
     The others (indices, masks, `F(...)` tensors) may be any dtype the device
@@ -168,7 +168,7 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
                         op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
-    route = _dtype_route(func, name, tested_dtype_args(spec, func), op_dtypes, custom=spec.is_custom)
+    route = _dtype_route(func, name, args_of_tested_dtype(spec, func), op_dtypes, custom=spec.is_custom)
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
@@ -206,7 +206,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
             f"return {target};",
         ]
     # The functional kernel computes; the variant's self takes the op's dtype.
-    tested = tested_dtype_args(spec, f_functional.func) | ({"self"} if kind == "inplace" else set())
+    tested = args_of_tested_dtype(spec, f_functional.func) | ({"self"} if kind == "inplace" else set())
     not_passed = frozenset(a.name for a in f_variant.func.arguments.out) if kind == "out" else frozenset()
     route = _dtype_route(f_variant.func, name, tested, op_dtypes, not_passed)
     return Wrapper(
