@@ -75,7 +75,7 @@ def test_device_only_ops_acme_lacks_get_glue_and_reports():
         assert rows[op]["note"] == info.without_native
     assert rows["convolution_overrideable"]["status"] == "native"  # acme's own kernel
     warnings = device_only_warnings(ACME)
-    assert any("aten::record_stream must be native" in w for w in warnings), warnings
+    assert any("aten::batch_norm_stats must be native" in w for w in warnings), warnings
     assert all("must be native" in w for w in warnings)
 
 
@@ -85,5 +85,6 @@ def test_the_backend_package_says_what_runs_device_only_ops():
     backend = runpy.run_path(str(ACME / "torch_fl_acme" / "_generated" / "backend.py"))
     device_only = backend["DEVICE_ONLY_OPS"]
     assert "convolution_overrideable" not in device_only       # native on acme
-    assert device_only["record_stream"]["runs_as"] == "error"
+    assert device_only["batch_norm_stats"]["runs_as"] == "error"
+    assert "record_stream" not in device_only  # the glue implements it
     assert device_only["_thnn_fused_lstm_cell"]["runs_as"] in ("composite",)

@@ -38,6 +38,7 @@ GLUE_OPS = (
     "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
     "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
     "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice", "_has_compatible_shallow_copy_type",
+    "record_stream", "view_as_complex", "view_as_real",
 )
 
 

@@ -54,13 +54,14 @@ DEVICE_ONLY_OPS: dict[str, DeviceOnlyOp] = {
     "_thnn_fused_lstm_cell_backward_impl": DeviceOnlyOp("the backward of nn.LSTM", composite=True),
     "_thnn_fused_gru_cell": DeviceOnlyOp("nn.GRU / nn.GRUCell", composite=True),
     "_thnn_fused_gru_cell_backward": DeviceOnlyOp("the backward of nn.GRU", composite=True),
-    "record_stream": DeviceOnlyOp("Tensor.record_stream"),
     "batch_norm_stats": DeviceOnlyOp("nn.SyncBatchNorm"),
     "batch_norm_gather_stats_with_counts": DeviceOnlyOp("nn.SyncBatchNorm"),
     "batch_norm_elemt": DeviceOnlyOp("nn.SyncBatchNorm"),
     "batch_norm_backward_reduce": DeviceOnlyOp("the backward of nn.SyncBatchNorm"),
     "batch_norm_backward_elemt": DeviceOnlyOp("the backward of nn.SyncBatchNorm"),
 }
-# Not listed: _scaled_dot_product_fused_attention_overrideable(_backward) are
+# Not listed: record_stream (CUDA-only in ATen) is part of the generated glue
+# (minimal_ops.cpp: the caching allocator honours it);
+# _scaled_dot_product_fused_attention_overrideable(_backward) are
 # reached only when the backend implements both (the glue's _fused_sdp_choice);
 # otherwise attention takes the math path.

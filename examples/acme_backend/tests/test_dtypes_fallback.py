@@ -90,8 +90,15 @@ def test_complex_ops_run_on_the_fallback_and_match_cpu(fallback_log):
     v, w = vectors.cpu(), values.cpu()
     torch.testing.assert_close(a @ v, v * w, atol=1e-10, rtol=1e-10)
     logged = fallback_log()
-    for op in ("_fft_c2c", "_fft_r2c", "polar", "view_as_complex", "abs", "angle", "linalg_eig"):
+    for op in ("_fft_c2c", "_fft_r2c", "polar", "abs", "angle", "linalg_eig"):
         assert any(entry.startswith(op) for entry in logged), (op, sorted(logged))
+    # view_as_complex / view_as_real are glue: views of the same device bytes
+    assert "view_as_complex" not in logged
+    device_pairs = pairs.to("acme")
+    as_complex = torch.view_as_complex(device_pairs)
+    assert as_complex.data_ptr() == device_pairs.data_ptr()
+    assert torch.view_as_real(as_complex).data_ptr() == device_pairs.data_ptr()
+    assert torch.equal(as_complex.imag.cpu(), pairs[..., 1])
 
 
 def test_a_native_kernel_is_never_handed_a_dtype_its_spec_does_not_list(fallback_log):
@@ -149,3 +156,35 @@ def test_sparse_coo_tensors_live_on_the_device_and_their_ops_fall_back(fallback_
     assert doubled.is_sparse and doubled.device.type == "acme"
     assert torch.equal(doubled.cpu().to_dense(), dense * 2)
     assert fallback_log(), "sparse ops are not native: they are in the fallback log"
+
+
+def test_record_stream_is_glue_and_checks_the_stream():
+    # ATen implements record_stream for CUDA only; the glue forwards it to the allocator.
+    x = torch.ones(1024, device="acme:0")
+    stream = torch.Stream(device="acme:0")
+    native.clear_fallback_log()
+    x.record_stream(stream)
+    assert "record_stream" not in _ops_in_log()
+    with pytest.raises(RuntimeError, match="acme:1"):
+        x.record_stream(torch.Stream(device="acme:1"))
+    del x
+    stream.synchronize()
+
+
+@pytest.mark.parametrize("storage_offset", [None, 0, 10])
+def test_as_strided_on_a_partial_view_matches_cpu_forward_and_backward(storage_offset):
+    # OpInfo's as_strided "partial_views" samples: a view base[5:15] of a 20-element
+    # storage, read from outside the view through an explicit storage offset.
+    gen = torch.Generator().manual_seed(0)
+    base_cpu = torch.randn(20, generator=gen)
+    kwargs = {} if storage_offset is None else {"storage_offset": storage_offset}
+    results = []
+    for base in (base_cpu, base_cpu.to("acme")):
+        view = base[5:15].requires_grad_()
+        out = torch.as_strided(view, (2, 2), (1, 2), **kwargs)
+        (grad,) = torch.autograd.grad(out, view, torch.arange(4.0, device=base.device).view(2, 2))
+        results.append((out.detach().cpu(), grad.cpu(), view.storage_offset()))
+    (out_cpu, grad_cpu, offset_cpu), (out_acme, grad_acme, offset_acme) = results
+    assert offset_acme == offset_cpu == 5
+    assert torch.equal(out_acme, out_cpu)
+    assert torch.equal(grad_acme, grad_cpu)
