@@ -74,7 +74,7 @@ def cmd_check(args) -> int:
 
     root = _backend_root(args.path)
     backend = load_backend(root)
-    for warning in check_backend(root):
+    for warning in check_backend(root) + device_only_warnings(root):
         print(f"warning: {warning}")
     print(f"flsdk check: {root}: device.yaml and {len(backend.all_ops)} op specs are valid; "
           f"{len(backend.ops)} ops selected native")
@@ -83,10 +83,14 @@ def cmd_check(args) -> int:
 
 def op_statuses(root: Path) -> list[dict]:
     """Every op the backend sees: native, stub, missing (no kernel file yet),
-    fallback (not selected), or glue (implemented by the generated glue)."""
+    fallback (not selected), glue (implemented by the generated glue),
+    composite (a device-only op the glue decomposes) or must-be-native (a
+    device-only op with no CPU kernel: calling it fails until it is native).
+    Device-only ops (flsdk/spec/device_only.py) say in `note` what runs them."""
     from flsdk.codegen.context import GLUE_OPS, kernel_name
     from flsdk.codegen.kernel_scan import scan_kernels
     from flsdk.spec import load_backend
+    from flsdk.spec.device_only import DEVICE_ONLY_OPS
 
     backend = load_backend(root)
     scan = scan_kernels(root)
@@ -101,7 +105,25 @@ def op_statuses(root: Path) -> list[dict]:
         else:
             status, where = "fallback", ""
         rows.append({"op": spec.op, "family": spec.family, "status": status, "kernel": where})
+    by_op = {r["op"]: r for r in rows}
+    for op, info in DEVICE_ONLY_OPS.items():
+        row = by_op.get(op) or {"op": op, "family": "device-only", "status": "fallback", "kernel": ""}
+        if row["status"] != "native":
+            if info.runs_as == "composite":
+                row["status"] = "composite"
+            elif info.runs_as == "error":
+                row["status"] = "must-be-native"
+            row["note"] = info.without_native
+        if op not in by_op:
+            rows.append(row)
     return rows
+
+
+def device_only_warnings(root: Path) -> list[str]:
+    """`flsdk check`'s warnings for device-only ops that must be native but are not."""
+    desc = root / "device.yaml"
+    return [f"{desc}: aten::{r['op']} {r['note']}; calling it raises until the backend implements it"
+            for r in op_statuses(root) if r["status"] == "must-be-native"]
 
 
 def cmd_ops(args) -> int:
@@ -117,12 +139,12 @@ def cmd_ops(args) -> int:
     if args.format == "markdown":
         print("| op | family | status | kernel |\n| --- | --- | --- | --- |")
         for r in rows:
-            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel']} |")
+            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel'] or r.get('note', '')} |")
     else:
         width = max([len(r["op"]) for r in rows] + [2])
         print(f"{'op':{width}}  {'family':12}  {'status':8}  kernel")
         for r in rows:
-            print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  {r['kernel']}")
+            print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  {r['kernel'] or r.get('note', '')}")
     print("\n" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return 0
 

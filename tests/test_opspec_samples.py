@@ -19,13 +19,13 @@ import pytest
 import torch
 import yaml
 
+from flsdk.spec.dtypes import DTYPES
+
 from torch_fl.testing import conformance as conf
 from torch_fl.testing.conformance import compare, default_tolerance, materialize, to_device
 
 OPSPEC_DIR = Path(__file__).resolve().parent.parent / "opspec"
 RANDOM_SKIP = "random: checked statistically"
-KNOWN_DTYPES = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
-                "int8", "uint8", "bool"}
 AUTOCAST = {"none", "fallthrough", "lower_precision_fp", "fp32", "promote"}
 # Implemented by the generated glue of every backend; op specs must not list them.
 GLUE = {"empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias",
@@ -122,7 +122,7 @@ def test_entries_well_formed():
     for fam, e in ENTRIES:
         where = f"{fam}: {e['op']}"
         assert set(e) <= allowed, f"{where}: unknown keys {set(e) - allowed}"
-        assert e["dtypes"] and set(e["dtypes"]) <= KNOWN_DTYPES, where
+        assert e["dtypes"] and set(e["dtypes"]) <= set(DTYPES), where
         assert len(set(e["dtypes"])) == len(e["dtypes"]), where
         assert e.get("autocast", "none") in AUTOCAST, where
         assert 1 <= len(e.get("samples") or []) <= 3, f"{where}: needs 1-3 samples"
@@ -313,6 +313,20 @@ def test_default_tolerance_table():
     assert default_tolerance(torch.bfloat16) == (1e-5, 1.6e-2)
     assert default_tolerance("int64") == (0.0, 0.0)
     assert default_tolerance("bool") == (0.0, 0.0)
+
+
+def test_every_table_dtype_is_a_torch_dtype_with_the_table_tolerance():
+    # torch_fl's comparison and flsdk's spec loader read one table (flsdk.spec.dtypes).
+    from flsdk.spec import dtypes as table
+
+    for name, info in DTYPES.items():
+        dtype = conf.parse_dtype(name)
+        assert str(dtype) == "torch." + name
+        assert default_tolerance(dtype) == (info.atol, info.rtol)
+        assert dtype.is_complex == (info.kind == "complex")
+        assert dtype.is_floating_point == (info.kind == "float")
+    for alias, name in table.ALIASES.items():
+        assert getattr(torch, alias) is conf.parse_dtype(name)
 
 
 def test_to_device_copies_recursively_and_keeps_strides():

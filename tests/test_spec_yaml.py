@@ -118,4 +118,5 @@ def test_schema_dtype_enums_match_the_table():
     for name in ("opspec", "device"):
         schema = json.loads((opspec_dir() / "schema" / f"{name}.schema.json").read_text())
         assert schema["$defs"]["dtype"]["enum"] == list(DTYPES)
+        assert schema["$defs"]["dtype"]["x-expected"] == "a dtype name: " + ", ".join(DTYPES)
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"

@@ -143,6 +143,21 @@ def _out_overload(name: str) -> str | None:
     return None
 
 
+def _cpu_can_run(name: str) -> bool:
+    """Does the CPU fallback have something to run for `name` (a CPU kernel or a
+    composite that CPU dispatch reaches)?"""
+    import torch
+
+    qualified = "aten::" + name
+    try:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        return any(has(qualified, key) for key in
+                   ("CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd",
+                    "CompositeExplicitAutogradNonFunctional"))
+    except RuntimeError:
+        return False
+
+
 def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -171,6 +186,8 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
     fb_enabled = bool(native.fallback_enabled())
     denied = set(native.fallback_deny_list())
     device_dtypes = set(mod.DESCRIPTOR.get("dtypes", []))
+    # Ops without a CPU kernel the backend does not implement: the glue's stand-in.
+    device_only = getattr(mod, "DEVICE_ONLY_OPS", {})
 
     cpu_model = copy.deepcopy(model).to("cpu") if isinstance(model, torch.nn.Module) else model
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
@@ -194,7 +211,12 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
         dtypes = sorted(_dtype_name(d) for d in trace.reached.get(name, ()))
         route = privateuse1_route(name)
         note = ""
-        if route == "native" or name in GLUE_OPS and route != "fallback":
+        if name in device_only:
+            # The glue registered a kernel for it, but not a native one.
+            runs_as = device_only[name]["runs_as"]
+            status = {"cpu_reference": "fallback", "composite": "composite"}.get(runs_as, "error")
+            note = device_only[name]["note"]
+        elif route == "native" or name in GLUE_OPS and route != "fallback":
             status = "native"
         elif route == "composite":
             status = "composite"
@@ -212,8 +234,14 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
             status = "error"
             note = ("fallback denied for this op" if name in denied
                     else "fallback disabled") + (f"; {note}" if note else "")
+        if status == "fallback" and name not in device_only:
+            # The fallback runs CPU's kernel: an op CPU has none for cannot run anywhere.
+            if not _cpu_can_run(name):
+                status, note = "error", "no native kernel and CPU has none either: must be native"
         unsupported = [d for d in dtypes if d not in device_dtypes]
         if unsupported:
-            note = (note + "; " if note else "") + f"dtype(s) {','.join(unsupported)} not in the device's dtypes"
+            note = (note + "; " if note else "") + (
+                f"dtype(s) {','.join(unsupported)} not computed natively (device.yaml dtypes): "
+                "those calls run on the CPU fallback")
         report.ops.append(OpUse(name, status, dtypes, note))
     return report

@@ -13,17 +13,13 @@ from dataclasses import dataclass
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
 from flsdk import __version__ as FLSDK_VERSION
+from flsdk.spec.device_only import DEVICE_ONLY_OPS
+from flsdk.spec.dtypes import scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
 from .kernel_scan import KernelScan
 
-# torch dtype name -> c10::ScalarType enumerator.
-SCALAR_TYPES = {
-    "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-    "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
-    "bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
-}
 
 GLUE_SOURCES = [
     "runtime_init.cpp", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
@@ -36,6 +32,7 @@ GLUE_OPS = (
     "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
     "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
     "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice", "_has_compatible_shallow_copy_type",
+    "record_stream", "view_as_complex", "view_as_real",
 )
 
 
@@ -86,17 +83,97 @@ def _use_moved_indices(func: FunctionSchema, call_args: str) -> str:
     return call_args
 
 
-def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema) -> Wrapper:
+def _tensor_like(t) -> bool:
+    """Tensor, Tensor? or a list of them."""
+    if isinstance(t, OptionalType):
+        t = t.elem
+    if isinstance(t, ListType):
+        t = t.elem.elem if isinstance(t.elem, OptionalType) else t.elem
+    return isinstance(t, BaseType) and t.name == BaseTy.Tensor
+
+
+def _base_is(t, ty: BaseTy) -> bool:
+    t = t.elem if isinstance(t, OptionalType) else t
+    return isinstance(t, BaseType) and t.name == ty
+
+
+def _has_tested_dtype(value) -> bool:
+    """A sample value drawn in the tested dtype: a `T(...)` token, or a list holding one."""
+    if isinstance(value, str):
+        return value.startswith("T(")
+    if isinstance(value, (list, tuple)):
+        return any(_has_tested_dtype(v) for v in value)
+    return False
+
+
+def args_of_tested_dtype(spec: OpSpec, func: FunctionSchema) -> set[str]:
+    """Arguments that take the op's dtype (the spec's `dtypes`): those its
+    samples draw as `T(...)`; without samples, the first tensor argument.
+    The others (indices, masks, `F(...)` tensors) may be any dtype the device
+    computes natively."""
+    positional = [a.name for a in func.arguments.flat_positional]
+    names: set[str] = set()
+    for sample in spec.samples:
+        items = list(sample)
+        kwargs = items.pop() if items and isinstance(items[-1], dict) else {}
+        names.update(n for n, v in zip(positional, items) if _has_tested_dtype(v))
+        names.update(n for n, v in kwargs.items() if _has_tested_dtype(v))
+    if not names:
+        first = next((a.name for a in func.arguments.flat_all if _tensor_like(a.type)), None)
+        names = {first} if first else set()
+    return names
+
+
+def _dtype_set(dtypes) -> str:
+    return "dtype_set({" + ", ".join(f"c10::ScalarType::{scalar_type(d)}" for d in dtypes) + "})"
+
+
+def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes,
+                 not_passed: frozenset[str] = frozenset(), custom: bool = False) -> list[str]:
+    """Lines sending a call whose dtypes the kernel does not list to the CPU
+    fallback (custom ops, which have no CPU kernel, fail naming op, device and
+    dtypes). Tested-dtype arguments, `ScalarType` arguments and scalars must
+    be in the op's dtypes, other tensors in the device's (device.yaml `dtypes`:
+    what it computes natively). `not_passed`: arguments the kernel never sees
+    (the out= buffer a variant wrapper copies the result into)."""
+    terms = []
+    for arg in func.arguments.flat_all:
+        if arg.name in not_passed:
+            continue
+        if _tensor_like(arg.type):
+            terms.append(f"computes({'op_dtypes' if arg.name in tested else 'kDeviceDtypes'}, {arg.name})")
+        elif _base_is(arg.type, BaseTy.ScalarType) or _base_is(arg.type, BaseTy.Scalar):
+            terms.append(f"computes(op_dtypes, {arg.name})")
+    if not terms:
+        return []
+    lines = [f"constexpr DtypeSet op_dtypes = {_dtype_set(op_dtypes)};"]
+    condition = " && ".join(terms)
+    if custom:
+        lines.append(f'TORCH_CHECK_TYPE({condition}, kBackendName, ": {func.name}: an argument\'s dtype is '
+                     f'not among the op\'s dtypes ({", ".join(op_dtypes)}) and custom ops have no CPU '
+                     f'fallback");')
+        return lines
+    args = ", ".join(a.name for a in func.schema_order_arguments())  # the dispatcher's order
+    lines.append(f"if (!({condition}))")
+    lines.append(f'  return run_on_cpu<decltype({wrapper})>("aten::{func.name.name}", '
+                 f'"{func.name.overload_name}", {args});')
+    return lines
+
+
+def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
+                        op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
+    route = _dtype_route(func, name, args_of_tested_dtype(spec, func), op_dtypes, custom=spec.is_custom)
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
-        checks=_device_checks(func),
+        checks=_device_checks(func) + route,
         body=[f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"],
     )
 
 
-def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction) -> Wrapper | None:
+def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction, spec: OpSpec,
+                     op_dtypes) -> Wrapper | None:
     """In-place / out= wrapper computing with the functional kernel, then copying."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
@@ -123,10 +200,14 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
             f"{target}.copy_(result);",
             f"return {target};",
         ]
+    # The functional kernel computes; the variant's self takes the op's dtype.
+    tested = args_of_tested_dtype(spec, f_functional.func) | ({"self"} if kind == "inplace" else set())
+    not_passed = frozenset(a.name for a in f_variant.func.arguments.out) if kind == "out" else frozenset()
+    route = _dtype_route(f_variant.func, name, tested, op_dtypes, not_passed)
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
-        checks=_device_checks(f_variant.func), body=body,
+        checks=_device_checks(f_variant.func) + route, body=body,
     )
 
 
@@ -156,7 +237,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     custom_sigs = {spec.op: signatures.custom_kernel_signature(spec.schema) for spec in custom_ops}
     kernel_sigs = list(aten_sigs.values()) + list(custom_sigs.values())
     custom_wrappers = [
-        _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema))
+        _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema), spec,
+                            backend.dtypes_for(spec))
         for spec in custom_ops if scan.status(kernel_name(spec)) == "native"
     ]
     wrappers: list[Wrapper] = []
@@ -168,18 +250,22 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             skipped.append(f"{spec.op}: the generated glue implements it")
             continue
         f = functions[spec.op]
-        wrappers.append(_functional_wrapper(aten_sigs[spec.op], f.func))
+        wrappers.append(_functional_wrapper(aten_sigs[spec.op], f.func, spec, backend.dtypes_for(spec)))
         for kind in spec.variants:
             variant = spec.variant_ops.get(kind)
             if variant in GLUE_OPS:
                 skipped.append(f"{variant}: the generated glue implements it")
                 continue
-            wrapper = _variant_wrapper(kind, functions[variant], f) if variant else None
+            wrapper = (_variant_wrapper(kind, functions[variant], f, spec, backend.dtypes_for(spec))
+                       if variant else None)
             if wrapper is None:
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
                 wrappers.append(wrapper)
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
+    # Device-only ops (no CPU kernel) the backend does not implement: the glue
+    # registers their CPU reference or composite, or an error saying they must be native.
+    device_only = {op: info for op, info in DEVICE_ONLY_OPS.items() if op not in registered}
     values = {
         "ns": d.name,
         "package": f"torch_fl_{d.name}",
@@ -197,10 +283,15 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "fallback_allow": list(d.fallback.allow),
         "torch_version": torch_version,
         "flsdk_version": FLSDK_VERSION,
-        "dtype_enums": [SCALAR_TYPES[t] for t in d.dtypes],
-        "dtype_names": ", ".join(d.dtypes),
+        "dtype_enums": [scalar_type(t) for t in d.dtypes],
         "amp_dtypes": list(d.amp_dtypes),
         "native_ops": registered,
+        "cpu_reference_ops": [{"op": op, "reference": info.cpu_reference}
+                              for op, info in device_only.items() if info.cpu_reference],
+        "composite_ops": [{"op": op, "function": op.removeprefix("_thnn_")}
+                          for op, info in device_only.items() if info.composite],
+        "must_be_native_ops": [{"op": op, "reached_by": info.reached_by}
+                               for op, info in device_only.items() if info.must_be_native],
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
@@ -209,6 +300,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(registered, width=100),
+        "device_only_py": pprint.pformat(
+            {op: {"runs_as": info.runs_as, "note": info.without_native}
+             for op, info in device_only.items()}, width=100, sort_dicts=True),
     }
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=[spec.schema for spec in custom_ops],

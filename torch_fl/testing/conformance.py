@@ -33,34 +33,19 @@ from typing import Any
 
 import torch
 
+from flsdk.spec.dtypes import ALIASES as DTYPE_ALIASES
+from flsdk.spec.dtypes import DTYPES as DTYPE_TABLE
+from flsdk.spec.dtypes import default_tolerance as _default_tolerance
+
 __all__ = [
     "CompareResult", "compare", "compare_statistics", "default_tolerance", "materialize", "resolve_op",
     "run_op", "to_device", "parse_dtype",
 ]
 
-_DTYPES = {
-    "float32": torch.float32, "float": torch.float32,
-    "float64": torch.float64, "double": torch.float64,
-    "float16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64, "long": torch.int64,
-    "int32": torch.int32, "int": torch.int32,
-    "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-    "bool": torch.bool,
-    "complex64": torch.complex64, "complex128": torch.complex128,
-}
-
-# Default tolerances per dtype (atol, rtol): torch.testing.assert_close's, the
-# same defaults flsdk.spec fills in. Op specs widen them where an op accumulates
-# or rounds differently. Integer and bool results must match exactly.
-_TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-5, 1.3e-6),
-    torch.float16: (1e-5, 1e-3),
-    torch.bfloat16: (1e-5, 1.6e-2),
-    torch.complex64: (1e-5, 1.3e-6),
-    torch.complex128: (1e-7, 1e-7),
-}
+# Names, aliases and default tolerances come from flsdk's dtype table (torch-free,
+# shared with the spec loader); torch.<name> is the dtype itself.
+_DTYPES = {name: getattr(torch, name) for name in DTYPE_TABLE}
+_DTYPES.update({alias: _DTYPES[name] for alias, name in DTYPE_ALIASES.items()})
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(
@@ -83,8 +68,11 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 def default_tolerance(dtype: str | torch.dtype) -> tuple[float, float]:
-    """(atol, rtol) used when an op spec gives none for `dtype`; (0, 0) = exact."""
-    return _TOLERANCES.get(parse_dtype(dtype), (0.0, 0.0))
+    """(atol, rtol) used when an op spec gives none for `dtype` (torch.testing.
+    assert_close's; op specs widen them where an op accumulates or rounds
+    differently); (0, 0) = exact, as for integer and bool results."""
+    name = str(parse_dtype(dtype)).removeprefix("torch.")
+    return _default_tolerance(name) if name in DTYPE_TABLE else (0.0, 0.0)
 
 
 # --- materialize --------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""The generated glue's answers for dtypes a kernel does not list and for ops
+CPU has no kernel for, read off acme's generated files and flsdk's reports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from flsdk.cli import device_only_warnings, op_statuses
+from flsdk.codegen.context import args_of_tested_dtype
+from flsdk.codegen.signatures import native_functions
+from flsdk.spec import load_backend
+from flsdk.spec.device_only import DEVICE_ONLY_OPS
+
+ACME = Path(__file__).resolve().parent.parent / "examples" / "acme_backend"
+
+
+@pytest.fixture(scope="module")
+def acme():
+    return load_backend(ACME)
+
+
+@pytest.fixture(scope="module")
+def register_kernels() -> str:
+    return (ACME / "generated" / "register_kernels.cpp").read_text()
+
+
+def _wrapper(source: str, name: str) -> str:
+    start = source.index(f" {name}(")
+    return source[start:source.index("\n}\n", start)]
+
+
+@pytest.mark.parametrize("op, tested", [
+    ("where.self", {"self", "other"}),        # the condition is bool: any device dtype
+    ("index_select", {"self"}),               # the index is int64
+    ("add.Tensor", {"self", "other"}),
+])
+def test_tested_dtype_arguments_come_from_the_samples(acme, op, tested):
+    assert args_of_tested_dtype(acme.op(op), native_functions()[op].func) == tested
+
+
+def test_the_wrapper_sends_unlisted_dtypes_to_the_cpu_fallback(acme, register_kernels):
+    body = _wrapper(register_kernels, "wrapper_where_self")
+    listed = acme.dtypes_for(acme.op("where.self"))
+    enums = re.search(r"op_dtypes = dtype_set\(\{([^}]*)\}\)", body).group(1)
+    from flsdk.spec.dtypes import scalar_type
+    assert enums == ", ".join(f"c10::ScalarType::{scalar_type(d)}" for d in listed)
+    assert "computes(kDeviceDtypes, condition)" in body
+    assert "computes(op_dtypes, self)" in body and "computes(op_dtypes, other)" in body
+    assert 'run_on_cpu<decltype(wrapper_where_self)>("aten::where", "self", condition, self, other)' in body
+    # the route comes before the kernel is called
+    assert body.index("run_on_cpu") < body.index("kernels::k_where_self")
+
+
+def test_an_out_buffer_is_not_checked_the_result_is_copied_into_it(register_kernels):
+    body = _wrapper(register_kernels, "wrapper_add_out")
+    assert "computes(op_dtypes, self)" in body
+    assert ", out)" not in body.split("run_on_cpu")[0], "out must not be dtype-checked"
+    assert 'run_on_cpu<decltype(wrapper_add_out)>("aten::add", "out", self, other, alpha, out)' in body
+
+
+def test_device_only_ops_acme_lacks_get_glue_and_reports():
+    fallback_cpp = (ACME / "generated" / "fallback.cpp").read_text()
+    rows = {r["op"]: r for r in op_statuses(ACME)}
+    for op, info in DEVICE_ONLY_OPS.items():
+        registered = f'm.impl("{op}",' in fallback_cpp
+        if rows[op]["status"] == "native":
+            assert not registered, f"{op} is native on acme; the glue must not register it"
+            continue
+        assert registered, op
+        assert rows[op]["status"] == {"cpu_reference": "fallback", "composite": "composite",
+                                      "error": "must-be-native"}[info.runs_as]
+        assert rows[op]["note"] == info.without_native
+    assert rows["convolution_overrideable"]["status"] == "native"  # acme's own kernel
+    warnings = device_only_warnings(ACME)
+    assert any("aten::batch_norm_stats must be native" in w for w in warnings), warnings
+    assert all("must be native" in w for w in warnings)
+
+
+def test_the_backend_package_says_what_runs_device_only_ops():
+    import runpy
+
+    backend = runpy.run_path(str(ACME / "torch_fl_acme" / "_generated" / "backend.py"))
+    device_only = backend["DEVICE_ONLY_OPS"]
+    assert "convolution_overrideable" not in device_only       # native on acme
+    assert device_only["batch_norm_stats"]["runs_as"] == "error"
+    assert "record_stream" not in device_only  # the glue implements it
+    assert device_only["_thnn_fused_lstm_cell"]["runs_as"] in ("composite",)
