@@ -9,6 +9,7 @@
 #include "../generated/kernels.h"
 #endif
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
 #include <cstring>
@@ -106,14 +107,16 @@ void for_index_positions(const char* op, const at::Tensor& self, int64_t dim, co
   // self viewed with index's sizes and dim's stride zeroed
   std::vector<int64_t> sstr(self.strides().begin(), self.strides().end());
   if (self.dim() > 0) sstr[dim] = 0;
+  // a 0-dim self or other has no dims to walk: it broadcasts (sizes and strides empty)
+  auto sizes_of = [&](const at::Tensor& t) { return t.dim() == 0 ? at::IntArrayRef() : idx.sizes(); };
   StridedIter it(idx.sizes());
   it.add(idx);
-  it.add_strided(static_cast<char*>(self.data_ptr()), idx.sizes(),
+  it.add_strided(static_cast<char*>(self.data_ptr()), sizes_of(self),
                  self.dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(sstr),
                  static_cast<int64_t>(self.element_size()));
   if (other) {
     std::vector<int64_t> ostr(other->strides().begin(), other->strides().end());
-    it.add_strided(static_cast<char*>(other->data_ptr()), idx.sizes(),
+    it.add_strided(static_cast<char*>(other->data_ptr()), sizes_of(*other),
                    other->dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(ostr),
                    static_cast<int64_t>(other->element_size()));
   }
@@ -150,7 +153,6 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   const char* op = "gather";
   (void)sparse_grad;
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "gather(): Expected dtype int64 for index");
   check_gather_shapes(op, self, dim, index, nullptr);
   at::Tensor idx = index_as_long(op, index);
   at::Tensor out = at::empty(index.sizes(), self.options());
@@ -182,7 +184,6 @@ M floor_divide_i(M a, M b) {
 at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor* src, const at::Scalar* value, ScatterMode mode) {
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "Expected dtype int64 for index");
   if (src)
     ACME_CHECK_T(src->scalar_type() == self.scalar_type(), op, *src, "Expected self.dtype (",
                  dtype_name(self.scalar_type()), ") to be equal to src.dtype");
@@ -229,7 +230,6 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   ACME_CHECK(kind >= 0, op, "reduce argument must be either sum, prod, mean, amax or amin, got ",
              std::string(reduce));
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "Expected dtype int64 for index");
   ACME_CHECK_T(src.scalar_type() == self.scalar_type(), op, src, "Expected self.dtype (",
                dtype_name(self.scalar_type()), ") to be equal to src.dtype");
   check_gather_shapes(op, self, dim, index, &src);
@@ -349,6 +349,7 @@ at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at
                                    const at::Scalar& value) {
   const char* op = "index_fill.int_Scalar";
   dim = wrap_dim(op, dim, self.dim());
+  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_fill_(): Expected dtype int64 for index");
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
   int64_t A, N, B;
@@ -664,16 +665,22 @@ at::Tensor k_index_Tensor(const at::Tensor& self, const c10::List<std::optional<
   return out;
 }
 
-at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
-                       const at::Tensor& values, bool accumulate) {
-  const char* op = "index_put";
+namespace {
+// self[indices] = values (or += with accumulate), written into self in place
+// through self's strides; values broadcast to the indexing result's shape.
+void index_put_into(const char* op, const at::Tensor& self,
+                    const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                    bool accumulate) {
   ACME_CHECK_T(values.scalar_type() == self.scalar_type(), op, values,
                "Index put requires the source and destination dtypes match, got ",
                dtype_name(self.scalar_type()), " for the destination and ",
                dtype_name(values.scalar_type()), " for the source.");
-  at::Tensor out = clone_contig(op, self);
-  AdvIndex p = plan_index(op, out, indices);
-  // values broadcast to the indexing result's shape
+  ACME_CHECK_T(at::has_internal_overlap(self) != at::MemOverlap::Yes, op, self,
+               "unsupported operation: some elements of the input tensor and the written-to tensor "
+               "refer to a single memory location. Please clone() the tensor before performing the "
+               "operation.");
+  AdvIndex p = plan_index(op, self, indices);
+  // a fresh copy of values at the result's shape: also safe when values aliases self
   at::Tensor v = at::empty(p.result_shape, self.options());
   {
     auto bs = broadcast_shape(op, {&v, &values});
@@ -684,7 +691,7 @@ at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at:
   convert_into(op, v, values);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
+    T* o = static_cast<T*>(self.data_ptr());
     const T* vp = static_cast<const T*>(v.data_ptr());
     int64_t k = 0;
     for (int64_t a : p.pre_off)
@@ -697,7 +704,23 @@ at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at:
           else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(x));
         }
   });
+}
+}  // namespace
+
+at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                       const at::Tensor& values, bool accumulate) {
+  at::Tensor out = clone_contig("index_put", self);
+  index_put_into("index_put", out, indices, values, accumulate);
   return out;
+}
+
+// What index_put_ and the backward of self[indices] (accumulate=True) call.
+// `unsafe` only lets CUDA skip its bounds checks; acme always checks.
+at::Tensor& k__index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                               const at::Tensor& values, bool accumulate, bool unsafe) {
+  (void)unsafe;
+  index_put_into("_index_put_impl_", self, indices, values, accumulate);
+  return self;
 }
 
 }  // namespace acme::kernels
