@@ -379,11 +379,10 @@ void check_mask(const char* op, const at::Tensor& mask) {
 at::Tensor masked_fill_impl(const char* op, const at::Tensor& self, const at::Tensor& mask,
                             const at::Scalar& value) {
   check_mask(op, mask);
-  // the mask broadcasts to self; self's shape is the result's shape
+  // self and mask broadcast together, as in torch's masked_fill (a mask larger
+  // than self gives a larger result; the in-place form then refuses it)
   auto shape = broadcast_shape(op, {&self, &mask});
-  ACME_CHECK(shape == self.sizes(), op, "mask of shape ", mask.sizes(),
-             " cannot be broadcast to self of shape ", self.sizes());
-  at::Tensor out = alloc_output(op, {&self}, self.sizes(), self.scalar_type());
+  at::Tensor out = alloc_output(op, {&self}, shape, self.scalar_type());
   StridedIter it(out.sizes());
   it.add(out);
   it.add(mask);
@@ -440,10 +439,10 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
   ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "masked_scatter: expected self and source to have same dtypes but got ",
                dtype_name(self.scalar_type()), " and ", dtype_name(source.scalar_type()));
+  // self and mask broadcast together, as in torch's masked_scatter
   auto shape = broadcast_shape(op, {&self, &mask});
-  ACME_CHECK(shape == self.sizes(), op, "mask of shape ", mask.sizes(),
-             " cannot be broadcast to self of shape ", self.sizes());
-  at::Tensor out = clone_contig(op, self);
+  at::Tensor out = at::empty(shape, self.options());
+  convert_into(op, out, self);
   at::Tensor m = at::empty(shape, mask.options());
   convert_into(op, m, mask);
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
