@@ -130,3 +130,23 @@ def test_mismatched_gate_shapes_name_the_op():
         torch.ops.aten._thnn_fused_gru_cell(torch.ones(2, 6, dtype=torch.long, device=DEVICE),
                                             torch.ones(2, 6, dtype=torch.long, device=DEVICE),
                                             torch.ones(2, 2, dtype=torch.long, device=DEVICE))
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_rnn_under_bf16_autocast(kind):
+    # As on CUDA, the fused cells are lower_precision_fp: gates and states in
+    # bfloat16, natively, and close to the float32 result.
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, batch_first=True)
+    x = _seq(3, 7, 5)
+    ref, _ = copy.deepcopy(model)(x)
+    dev_model = copy.deepcopy(model).to(DEVICE)
+    native.clear_fallback_log()
+    with torch.autocast("acme", dtype=torch.bfloat16):
+        out, _ = dev_model(x.to(DEVICE))
+    out.float().square().sum().backward()
+    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float().cpu(), ref, atol=3e-2, rtol=3e-2)
+    for name, p in dev_model.named_parameters():
+        assert p.grad is not None and p.grad.dtype == torch.float32 and p.grad.isfinite().all(), name
