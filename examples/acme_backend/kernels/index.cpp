@@ -141,7 +141,7 @@ void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim, co
       ACME_CHECK(index.size(d) <= self.size(d), op, "Size does not match at dimension ", d,
                  " expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
                  " apart from dimension ", dim);
-    if (src)
+    if (src && src->dim() > 0)
       ACME_CHECK(index.size(d) <= src->size(d), op, "Expected index ", index.sizes(),
                  " to be no larger than src ", src->sizes());
   }

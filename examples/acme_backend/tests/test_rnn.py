@@ -25,7 +25,8 @@ def _step(model, inputs, device):
     """Forward, loss over every output, backward, one SGD step on `device`."""
     model = copy.deepcopy(model).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    out = model(*[t.to(device) for t in inputs])
+    out = model(*[tuple(u.to(device) for u in t) if isinstance(t, tuple) else t.to(device)
+                  for t in inputs])
     flat = [out] if isinstance(out, torch.Tensor) else [
         t for o in out for t in (o if isinstance(o, tuple) else (o,))]
     # weights that differ per output so no gradient is a plain sum
