@@ -37,6 +37,8 @@ from flsdk.spec.dtypes import ALIASES as DTYPE_ALIASES
 from flsdk.spec.dtypes import DTYPES as DTYPE_TABLE
 from flsdk.spec.dtypes import default_tolerance as _default_tolerance
 
+from . import rnn_reference
+
 __all__ = [
     "CompareResult", "compare", "compare_statistics", "default_tolerance", "materialize", "resolve_op",
     "run_op", "to_device", "parse_dtype",
@@ -248,12 +250,21 @@ def _insert_bias_sizes(args: list, kwargs: dict) -> tuple[list, dict]:
     return list(args[:3]) + [[args[2].size(0)]] + list(args[3:]), kwargs
 
 
+def _same(args: list, kwargs: dict) -> tuple[list, dict]:
+    return list(args), kwargs
+
+
 # Ops that CPU never runs, because on PrivateUse1 a composite routes to a
-# device-only entry point: the CPU op computing the same thing, and how to adapt
+# device-only entry point: the CPU op computing the same thing (an op name, or a
+# Python composition of CPU ops for ops no CPU kernel computes), and how to adapt
 # the arguments. compare() uses it for the CPU side (and for both sides on CPU).
 CPU_REFERENCE = {
-    "convolution_overrideable": ("convolution", lambda args, kwargs: (list(args), kwargs)),
+    "convolution_overrideable": ("convolution", _same),
     "convolution_backward_overrideable": ("convolution_backward", _insert_bias_sizes),
+    "_thnn_fused_lstm_cell": (rnn_reference.fused_lstm_cell, _same),
+    "_thnn_fused_lstm_cell_backward_impl": (rnn_reference.fused_lstm_cell_backward_impl, _same),
+    "_thnn_fused_gru_cell": (rnn_reference.fused_gru_cell, _same),
+    "_thnn_fused_gru_cell_backward": (rnn_reference.fused_gru_cell_backward, _same),
 }
 
 
@@ -265,6 +276,8 @@ def run_op(op_name: str, args: list, kwargs: dict, device: str | torch.device | 
     if (device is None or torch.device(device).type == "cpu") and op_name in CPU_REFERENCE:
         ref, adapt = CPU_REFERENCE[op_name]
         args, kwargs = adapt(args, kwargs)
+        if callable(ref):
+            return ref(*args, **kwargs)
         op_name = ref
     op = resolve_op(op_name)
     if device is not None and "device" not in kwargs and any(

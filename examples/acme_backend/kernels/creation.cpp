@@ -68,9 +68,11 @@ at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64
   const int64_t half = steps / 2;
   fill_1d(op, out, [&](auto tag, int64_t i) {
     using T = ACME_T(tag);
-    // symmetric formula (from both ends) so the last value is exactly `end`
-    const double v = i < half ? s + step * static_cast<double>(i)
-                              : e - step * static_cast<double>(steps - 1 - i);
+    // symmetric formula (from both ends) so the last value is exactly `end`;
+    // a single step is `start`, as in torch
+    const double v = steps == 1 ? s
+                     : i < half ? s + step * static_cast<double>(i)
+                                : e - step * static_cast<double>(steps - 1 - i);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return static_cast<T>(static_cast<int64_t>(v));
     else return cvt<T>(v);
   });

@@ -9,6 +9,7 @@
 #include "../generated/kernels.h"
 #endif
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
 #include <cstring>
@@ -106,14 +107,16 @@ void for_index_positions(const char* op, const at::Tensor& self, int64_t dim, co
   // self viewed with index's sizes and dim's stride zeroed
   std::vector<int64_t> sstr(self.strides().begin(), self.strides().end());
   if (self.dim() > 0) sstr[dim] = 0;
+  // a 0-dim self or other has no dims to walk: it broadcasts (sizes and strides empty)
+  auto sizes_of = [&](const at::Tensor& t) { return t.dim() == 0 ? at::IntArrayRef() : idx.sizes(); };
   StridedIter it(idx.sizes());
   it.add(idx);
-  it.add_strided(static_cast<char*>(self.data_ptr()), idx.sizes(),
+  it.add_strided(static_cast<char*>(self.data_ptr()), sizes_of(self),
                  self.dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(sstr),
                  static_cast<int64_t>(self.element_size()));
   if (other) {
     std::vector<int64_t> ostr(other->strides().begin(), other->strides().end());
-    it.add_strided(static_cast<char*>(other->data_ptr()), idx.sizes(),
+    it.add_strided(static_cast<char*>(other->data_ptr()), sizes_of(*other),
                    other->dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(ostr),
                    static_cast<int64_t>(other->element_size()));
   }
@@ -138,7 +141,7 @@ void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim, co
       ACME_CHECK(index.size(d) <= self.size(d), op, "Size does not match at dimension ", d,
                  " expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
                  " apart from dimension ", dim);
-    if (src)
+    if (src && src->dim() > 0)
       ACME_CHECK(index.size(d) <= src->size(d), op, "Expected index ", index.sizes(),
                  " to be no larger than src ", src->sizes());
   }
@@ -150,7 +153,6 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   const char* op = "gather";
   (void)sparse_grad;
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "gather(): Expected dtype int64 for index");
   check_gather_shapes(op, self, dim, index, nullptr);
   at::Tensor idx = index_as_long(op, index);
   at::Tensor out = at::empty(index.sizes(), self.options());
@@ -182,7 +184,6 @@ M floor_divide_i(M a, M b) {
 at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                         const at::Tensor* src, const at::Scalar* value, ScatterMode mode) {
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "Expected dtype int64 for index");
   if (src)
     ACME_CHECK_T(src->scalar_type() == self.scalar_type(), op, *src, "Expected self.dtype (",
                  dtype_name(self.scalar_type()), ") to be equal to src.dtype");
@@ -229,7 +230,6 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   ACME_CHECK(kind >= 0, op, "reduce argument must be either sum, prod, mean, amax or amin, got ",
              std::string(reduce));
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "Expected dtype int64 for index");
   ACME_CHECK_T(src.scalar_type() == self.scalar_type(), op, src, "Expected self.dtype (",
                dtype_name(self.scalar_type()), ") to be equal to src.dtype");
   check_gather_shapes(op, self, dim, index, &src);
@@ -349,6 +349,7 @@ at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at
                                    const at::Scalar& value) {
   const char* op = "index_fill.int_Scalar";
   dim = wrap_dim(op, dim, self.dim());
+  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_fill_(): Expected dtype int64 for index");
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
   int64_t A, N, B;
@@ -378,11 +379,10 @@ void check_mask(const char* op, const at::Tensor& mask) {
 at::Tensor masked_fill_impl(const char* op, const at::Tensor& self, const at::Tensor& mask,
                             const at::Scalar& value) {
   check_mask(op, mask);
-  // the mask broadcasts to self; self's shape is the result's shape
+  // self and mask broadcast together, as in torch's masked_fill (a mask larger
+  // than self gives a larger result; the in-place form then refuses it)
   auto shape = broadcast_shape(op, {&self, &mask});
-  ACME_CHECK(shape == self.sizes(), op, "mask of shape ", mask.sizes(),
-             " cannot be broadcast to self of shape ", self.sizes());
-  at::Tensor out = alloc_output(op, {&self}, self.sizes(), self.scalar_type());
+  at::Tensor out = alloc_output(op, {&self}, shape, self.scalar_type());
   StridedIter it(out.sizes());
   it.add(out);
   it.add(mask);
@@ -439,10 +439,10 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
   ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "masked_scatter: expected self and source to have same dtypes but got ",
                dtype_name(self.scalar_type()), " and ", dtype_name(source.scalar_type()));
+  // self and mask broadcast together, as in torch's masked_scatter
   auto shape = broadcast_shape(op, {&self, &mask});
-  ACME_CHECK(shape == self.sizes(), op, "mask of shape ", mask.sizes(),
-             " cannot be broadcast to self of shape ", self.sizes());
-  at::Tensor out = clone_contig(op, self);
+  at::Tensor out = at::empty(shape, self.options());
+  convert_into(op, out, self);
   at::Tensor m = at::empty(shape, mask.options());
   convert_into(op, m, mask);
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
@@ -664,16 +664,22 @@ at::Tensor k_index_Tensor(const at::Tensor& self, const c10::List<std::optional<
   return out;
 }
 
-at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
-                       const at::Tensor& values, bool accumulate) {
-  const char* op = "index_put";
+namespace {
+// self[indices] = values (or += with accumulate), written into self in place
+// through self's strides; values broadcast to the indexing result's shape.
+void index_put_into(const char* op, const at::Tensor& self,
+                    const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                    bool accumulate) {
   ACME_CHECK_T(values.scalar_type() == self.scalar_type(), op, values,
                "Index put requires the source and destination dtypes match, got ",
                dtype_name(self.scalar_type()), " for the destination and ",
                dtype_name(values.scalar_type()), " for the source.");
-  at::Tensor out = clone_contig(op, self);
-  AdvIndex p = plan_index(op, out, indices);
-  // values broadcast to the indexing result's shape
+  ACME_CHECK_T(at::has_internal_overlap(self) != at::MemOverlap::Yes, op, self,
+               "unsupported operation: some elements of the input tensor and the written-to tensor "
+               "refer to a single memory location. Please clone() the tensor before performing the "
+               "operation.");
+  AdvIndex p = plan_index(op, self, indices);
+  // a fresh copy of values at the result's shape: also safe when values aliases self
   at::Tensor v = at::empty(p.result_shape, self.options());
   {
     auto bs = broadcast_shape(op, {&v, &values});
@@ -684,7 +690,7 @@ at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at:
   convert_into(op, v, values);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
+    T* o = static_cast<T*>(self.data_ptr());
     const T* vp = static_cast<const T*>(v.data_ptr());
     int64_t k = 0;
     for (int64_t a : p.pre_off)
@@ -697,7 +703,23 @@ at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at:
           else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(x));
         }
   });
+}
+}  // namespace
+
+at::Tensor k_index_put(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                       const at::Tensor& values, bool accumulate) {
+  at::Tensor out = clone_contig("index_put", self);
+  index_put_into("index_put", out, indices, values, accumulate);
   return out;
+}
+
+// What index_put_ and the backward of self[indices] (accumulate=True) call.
+// `unsafe` only lets CUDA skip its bounds checks; acme always checks.
+at::Tensor& k__index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                               const at::Tensor& values, bool accumulate, bool unsafe) {
+  (void)unsafe;
+  index_put_into("_index_put_impl_", self, indices, values, accumulate);
+  return self;
 }
 
 }  // namespace acme::kernels

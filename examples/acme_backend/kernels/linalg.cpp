@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/common.h"
 #include "gemm.h"
 #include "nn_buffers.h"
 
@@ -187,18 +188,60 @@ at::Tensor k_vdot(const at::Tensor& self, const at::Tensor& other) {
   return k_dot(self, other);
 }
 
+// addr is elementwise in torch, not a GEMM: out = beta * self + alpha * v1 (x) v2,
+// where beta == 0 ignores self (NaN included) but alpha == 0 still multiplies
+// (NaN in a vector stays NaN), and inputs promote like a pointwise op. A bool
+// result is (beta && self) || (alpha && v1 && v2).
 at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
                   const at::Scalar& beta, const at::Scalar& alpha) {
   const char* op = "addr";
   ACME_CHECK_T(vec1.dim() == 1 && vec2.dim() == 1, op, vec1, "vec1 and vec2 must be 1-d, got ",
                vec1.dim(), "-d and ", vec2.dim(), "-d");
-  check_float_operand(op, vec1, vec1, "vec1");
-  check_float_operand(op, vec1, vec2, "vec2");
-  check_float_operand(op, vec1, self, "self");
-  ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
-  // outer product as an (m x 1) @ (1 x n) GEMM
-  return matmul_impl(op, vec1.unsqueeze(1), vec2.unsqueeze(0), &self, beta.to<double>(),
-                     alpha.to<double>());
+  cm::check_same_device(op, vec1, vec2, "vec2");
+  cm::check_same_device(op, vec1, self, "self");
+  const int64_t m = vec1.size(0), n = vec2.size(0);
+  ACME_CHECK_T(self.dim() <= 2 &&
+                   (self.dim() < 1 || self.size(-1) == n || self.size(-1) == 1) &&
+                   (self.dim() < 2 || self.size(0) == m || self.size(0) == 1),
+               op, self, "self of shape ", self.sizes(), " does not broadcast to [", m, ", ", n, "]");
+  const auto compute = cm::promote({&self, &vec1, &vec2});
+  if (c10::isIntegralType(compute, /*includeBool=*/false)) {
+    ACME_CHECK(!beta.isFloatingPoint(), op,
+               "For integral input tensors, argument beta must not be a floating point number.");
+    ACME_CHECK(!alpha.isFloatingPoint(), op,
+               "For integral input tensors, argument alpha must not be a floating point number.");
+  }
+  const at::Tensor s = cm::cast(op, self, compute);
+  const at::Tensor a = cm::cast(op, vec1, compute);
+  const at::Tensor b = cm::cast(op, vec2, compute);
+  at::Tensor out = at::empty({m, n}, vec1.options().dtype(compute));
+  if (out.numel() == 0) return out;
+  cm::StridedIter it(out.sizes());
+  it.add(out);
+  it.add(s);
+  const int64_t m_sizes[2] = {m, 1}, m_strides[2] = {a.stride(0), 0};
+  it.add_strided(static_cast<char*>(const_cast<void*>(a.data_ptr())), m_sizes, m_strides,
+                 static_cast<int64_t>(a.element_size()));
+  it.add(b);
+  it.build();
+  cm::dispatch<cm::kAll>(op, out.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      const bool bt = beta.to<bool>(), al = alpha.to<bool>();
+      cm::map3<bool, bool, bool, bool>(it, [=](bool x, bool u, bool v) { return (bt && x) || (al && u && v); });
+    } else {
+      using M = cm::opmath_t<T>;
+      const M bt = beta.to<M>(), al = alpha.to<M>();
+      if (bt == M(0)) {
+        cm::map3<T, T, T, T>(it, [=](T, T u, T v) { return al * static_cast<M>(u) * static_cast<M>(v); });
+      } else {
+        cm::map3<T, T, T, T>(it, [=](T x, T u, T v) {
+          return bt * static_cast<M>(x) + al * static_cast<M>(u) * static_cast<M>(v);
+        });
+      }
+    }
+  });
+  return out;
 }
 
 at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,

@@ -1,0 +1,97 @@
+"""Edge cases where acme's native kernels answered differently from CPU (found by
+PyTorch's OpInfo samples); each test pins CPU's answer, or CPU's refusal.
+"""
+
+import math
+
+import pytest
+import torch
+
+import torch_fl_acme._C as native
+
+DEVICE = "acme:0"
+
+
+@pytest.fixture
+def no_fallback():
+    native.clear_fallback_log()
+    yield
+    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+
+
+def _both(fn, *tensors):
+    return fn(*tensors), fn(*[t.to(DEVICE) for t in tensors]).cpu()
+
+
+def test_addr_beta_zero_ignores_nan_in_self(no_fallback):
+    cpu, dev = _both(lambda s, a, b: torch.addr(s, a, b, beta=0.0, alpha=0.5),
+                     torch.full((3, 2), math.nan), torch.arange(3.0), torch.arange(2.0))
+    assert not dev.isnan().any()
+    torch.testing.assert_close(dev, cpu)
+
+
+def test_addr_alpha_zero_still_propagates_nan_from_vectors(no_fallback):
+    # torch's addr is elementwise: 0 * NaN is NaN (unlike addmm's BLAS semantics)
+    cpu, dev = _both(lambda s, a, b: torch.addr(s, a, b, beta=0.0, alpha=0.0),
+                     torch.zeros(1, 1), torch.tensor([math.nan]), torch.tensor([math.nan]))
+    assert cpu.isnan().all()
+    torch.testing.assert_close(dev, cpu, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.int64), (torch.float64, torch.float32),
+                                    (torch.bool, torch.bool)], ids=str)
+def test_addr_dtypes_and_promotion_like_cpu(dtypes, no_fallback):
+    self_dt, vec_dt = dtypes
+    g = torch.Generator().manual_seed(0)
+    s = (torch.randn(4, 1, generator=g) * 3).to(self_dt)
+    a, b = (torch.randn(4, generator=g) * 3).to(vec_dt), (torch.randn(3, generator=g) * 3).to(vec_dt)
+    kwargs = {} if self_dt == torch.bool else {"beta": 2, "alpha": 3}
+    cpu, dev = _both(lambda *t: torch.addr(*t, **kwargs), s, a, b)
+    assert dev.dtype == cpu.dtype
+    torch.testing.assert_close(dev, cpu)
+
+
+def test_addr_in_place_and_broadcast_self(no_fallback):
+    cpu, dev = _both(lambda s, a, b: s.clone().addr_(a, b, beta=0.5),
+                     torch.randn(4, 3), torch.randn(4), torch.randn(3))
+    torch.testing.assert_close(dev, cpu)
+    cpu, dev = _both(lambda s, a, b: torch.addr(s, a, b), torch.randn(3), torch.randn(4), torch.randn(3))
+    torch.testing.assert_close(dev, cpu)
+
+
+@pytest.mark.parametrize("start,end", [(3.0, 7.0), (-1.5, -1.5), (5, 0)])
+def test_linspace_one_step_is_start(start, end, no_fallback):
+    cpu = torch.linspace(start, end, 1)
+    dev = torch.linspace(start, end, 1, device=DEVICE).cpu()
+    assert dev.tolist() == [float(start)]
+    torch.testing.assert_close(dev, cpu)
+    torch.testing.assert_close(torch.linspace(start, end, 2, device=DEVICE).cpu(), torch.linspace(start, end, 2))
+
+
+def test_masked_fill_mask_larger_than_self_broadcasts_self(no_fallback):
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(5, generator=g), torch.rand(4, 5, generator=g) > 0.5
+    cpu, dev = _both(lambda t, m: t.masked_fill(m, -1.0), x, mask)
+    assert dev.shape == (4, 5)
+    torch.testing.assert_close(dev, cpu)
+    cpu, dev = _both(lambda t, m: t.masked_fill(m, torch.tensor(2.0, device=t.device)), x, mask)
+    torch.testing.assert_close(dev, cpu)
+
+
+def test_masked_scatter_mask_larger_than_self_broadcasts_self(no_fallback):
+    g = torch.Generator().manual_seed(0)
+    x, mask, src = torch.randn(5, generator=g), torch.rand(4, 5, generator=g) > 0.5, torch.randn(20, generator=g)
+    cpu, dev = _both(lambda t, m, s: t.masked_scatter(m, s), x, mask, src)
+    assert dev.shape == (4, 5)
+    torch.testing.assert_close(dev, cpu)
+
+
+@pytest.mark.parametrize("op", ["masked_fill_", "masked_scatter_"])
+def test_in_place_masked_ops_refuse_a_larger_mask_like_cpu(op):
+    x, mask = torch.randn(5), torch.ones(4, 5, dtype=torch.bool)
+    args = (-1.0,) if op == "masked_fill_" else (torch.randn(20),)
+    with pytest.raises(RuntimeError):
+        getattr(x, op)(mask, *args)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        getattr(x.to(DEVICE), op)(mask.to(DEVICE), *[a.to(DEVICE) if isinstance(a, torch.Tensor) else a
+                                                    for a in args])

@@ -1,0 +1,153 @@
+"""RNNs run on acme: PyTorch sends the cells of nn.LSTM / nn.GRU / nn.LSTMCell /
+nn.GRUCell on a PrivateUse1 device to the fused cell ops
+(_thnn_fused_lstm_cell, _thnn_fused_gru_cell and their backward ops), which
+have no CPU kernel, so without acme's native kernels the CPU fallback cannot
+run them and every RNN dies with "Could not run ... 'CPU' backend".
+
+Each test runs forward + backward + one SGD step on acme and on CPU from the same
+weights, asserts the fallback log is empty and that outputs, gradients and updated
+parameters match CPU within 1e-4 (float32; summation order differs).
+"""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import torch_fl_acme._C as native
+
+DEVICE = "acme:0"
+TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+def _step(model, inputs, device):
+    """Forward, loss over every output, backward, one SGD step on `device`."""
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = model(*[tuple(u.to(device) for u in t) if isinstance(t, tuple) else t.to(device)
+                  for t in inputs])
+    flat = [out] if isinstance(out, torch.Tensor) else [
+        t for o in out for t in (o if isinstance(o, tuple) else (o,))]
+    # weights that differ per output so no gradient is a plain sum
+    loss = sum(((t * torch.linspace(-1, 1, t.numel(), device=device).view_as(t)) ** 2).sum()
+               for t in flat)
+    loss.backward()
+    grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
+    opt.step()
+    params = {n: p.detach().cpu() for n, p in model.named_parameters()}
+    return [t.detach().cpu() for t in flat], grads, params
+
+
+def _check(model, inputs):
+    torch.manual_seed(0)
+    cpu = _step(model, inputs, "cpu")
+    native.clear_fallback_log()
+    dev = _step(model, inputs, DEVICE)
+    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+    for i, (c, d) in enumerate(zip(cpu[0], dev[0])):
+        torch.testing.assert_close(d, c, **TOL, msg=lambda m: f"output {i}: {m}")
+    for name in cpu[1]:
+        torch.testing.assert_close(dev[1][name], cpu[1][name], **TOL, msg=lambda m: f"grad {name}: {m}")
+        torch.testing.assert_close(dev[2][name], cpu[2][name], **TOL, msg=lambda m: f"param {name}: {m}")
+
+
+def _seq(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_lstm_two_layers_bidirectional_batch_first(bias):
+    torch.manual_seed(0)
+    model = nn.LSTM(5, 6, num_layers=2, bidirectional=True, batch_first=True, bias=bias)
+    _check(model, [_seq(3, 7, 5)])
+
+
+def test_lstm_with_initial_state_and_projection():
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 6, num_layers=1, proj_size=3)
+    h0, c0 = _seq(1, 2, 3), _seq(1, 2, 6) * 0.5
+    _check(model, [_seq(5, 2, 4), (h0, c0)])
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_gru_two_layers_bidirectional(bias):
+    torch.manual_seed(0)
+    model = nn.GRU(5, 6, num_layers=2, bidirectional=True, bias=bias)
+    _check(model, [_seq(7, 3, 5)])
+
+
+def test_lstm_cell_and_gru_cell():
+    torch.manual_seed(0)
+    _check(nn.LSTMCell(5, 4), [_seq(3, 5), (_seq(3, 4), _seq(3, 4))])
+    _check(nn.GRUCell(5, 4), [_seq(3, 5), _seq(3, 4)])
+
+
+def test_packed_sequence_lstm():
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, batch_first=True)
+
+    class Packed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = model
+
+        def forward(self, x):
+            lengths = torch.tensor([6, 4, 2])
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+            out, (h, c) = self.rnn(packed)
+            return nn.utils.rnn.pad_packed_sequence(out, batch_first=True)[0], h, c
+
+    _check(Packed(), [_seq(3, 6, 4)])
+
+
+def test_double_backward_through_lstm_cell():
+    # create_graph=True makes autograd take the differentiable composite backward
+    # instead of the fused one: both must agree on acme.
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 2)
+    x = _seq(2, 3)
+    results = []
+    for device in ["cpu", DEVICE]:
+        c = copy.deepcopy(cell).to(device)
+        xi = x.to(device).requires_grad_()
+        h, _ = c(xi)
+        (g,) = torch.autograd.grad(h.sum(), xi, create_graph=True)
+        (gg,) = torch.autograd.grad((g ** 2).sum(), xi)
+        results.append((g.detach().cpu(), gg.cpu()))
+    torch.testing.assert_close(results[1][0], results[0][0], **TOL)
+    torch.testing.assert_close(results[1][1], results[0][1], **TOL)
+
+
+def test_mismatched_gate_shapes_name_the_op():
+    ig = torch.randn(2, 8, device=DEVICE)
+    with pytest.raises(RuntimeError, match=r"acme: _thnn_fused_lstm_cell: expected hidden_gates of shape \[2, 8\]"):
+        torch.ops.aten._thnn_fused_lstm_cell(ig, torch.randn(2, 4, device=DEVICE),
+                                             torch.randn(2, 2, device=DEVICE))
+    with pytest.raises(RuntimeError, match="acme: _thnn_fused_gru_cell: input_bias and hidden_bias"):
+        torch.ops.aten._thnn_fused_gru_cell(torch.randn(2, 6, device=DEVICE), torch.randn(2, 6, device=DEVICE),
+                                            torch.randn(2, 2, device=DEVICE), torch.randn(6, device=DEVICE))
+    with pytest.raises(TypeError, match="acme: _thnn_fused_gru_cell: dtype int64 not supported"):
+        torch.ops.aten._thnn_fused_gru_cell(torch.ones(2, 6, dtype=torch.long, device=DEVICE),
+                                            torch.ones(2, 6, dtype=torch.long, device=DEVICE),
+                                            torch.ones(2, 2, dtype=torch.long, device=DEVICE))
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_rnn_under_bf16_autocast(kind):
+    # As on CUDA, the fused cells are lower_precision_fp: gates and states in
+    # bfloat16, natively, and close to the float32 result.
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, batch_first=True)
+    x = _seq(3, 7, 5)
+    ref, _ = copy.deepcopy(model)(x)
+    dev_model = copy.deepcopy(model).to(DEVICE)
+    native.clear_fallback_log()
+    with torch.autocast("acme", dtype=torch.bfloat16):
+        out, _ = dev_model(x.to(DEVICE))
+    out.float().square().sum().backward()
+    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float().cpu(), ref, atol=3e-2, rtol=3e-2)
+    for name, p in dev_model.named_parameters():
+        assert p.grad is not None and p.grad.dtype == torch.float32 and p.grad.isfinite().all(), name
