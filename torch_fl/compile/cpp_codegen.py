@@ -26,7 +26,7 @@ def make_classes(name: str):
     import torch
     from torch._inductor.codegen.common import DeviceOpOverrides
     from torch._inductor.codegen.cpp import CppScheduling
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.ir import ExternKernel
     from torch._inductor.virtualized import V
 
@@ -53,8 +53,9 @@ def make_classes(name: str):
         def device_guard(self, device_idx: int) -> str:
             return f"{mod_expr}.device({device_idx})"
 
-    class WrapperCodegen(PythonWrapperCodegen):
-        """Python wrapper that calls host-compiled kernels on `name` buffers."""
+    class HostKernelCalls:
+        """Mixin of both wrappers: call host-compiled kernels on `name` buffers inline,
+        allocate on the buffer's own device index."""
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None,
                                          triton=True, **kwargs):
@@ -65,16 +66,6 @@ def make_classes(name: str):
             return super()._generate_kernel_call_helper(
                 kernel_name, call_args, device=device, triton=triton, **kwargs)
 
-        def generate(self, is_inference):
-            result = super().generate(is_inference)
-            if not getattr(self, "is_subgraph", False):
-                for op in V.graph.operations:
-                    if isinstance(op, ExternKernel) and op.get_device() is not None \
-                            and op.get_device().type == name:
-                        graph_api._record_extern(name, _extern_name(op))
-                graph_api._finish_graph(name)
-            return result
-
         def make_allocation(self, buf_name, device, dtype, shape, stride,
                             allocation_shape=None, is_pinned=False):
             line = super().make_allocation(buf_name, device, dtype, shape, stride,
@@ -83,6 +74,28 @@ def make_classes(name: str):
                 # Trap (c): stock code writes device='<type>' (current device), not the index.
                 line = line.replace(f"device='{name}'", f"device='{name}:{device.index}'")
             return line
+
+    class SubgraphWrapperCodegen(HostKernelCalls, SubgraphPythonWrapperCodegen):
+        """Wrapper of a subgraph (torch.cond / while_loop bodies)."""
+
+    class WrapperCodegen(HostKernelCalls, PythonWrapperCodegen):
+        """Python wrapper of a graph with tensors on `name`."""
+
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            # Stock create() builds PythonWrapperCodegen itself, not the registered class.
+            if is_subgraph:
+                return SubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return WrapperCodegen()
+
+        def generate(self, is_inference):
+            result = super().generate(is_inference)
+            for op in V.graph.operations:
+                if isinstance(op, ExternKernel) and op.get_device() is not None \
+                        and op.get_device().type == name:
+                    graph_api._record_extern(name, _extern_name(op))
+            graph_api._finish_graph(name)
+            return result
 
     class Scheduling(CppScheduling):
         """CppScheduling for `name`; fuses as on CPU unless torch_fl's op fusion is off,
