@@ -29,9 +29,11 @@ _building: dict[str, Any] | None = None  # the graph being compiled (one at a ti
 
 @dataclasses.dataclass
 class Kernel:
-    """One kernel Inductor generated: its name and the aten ops it computes."""
+    """One kernel Inductor generated (one loop nest over the data): the function
+    that holds it (consecutive kernels may share one C++ function) and the aten
+    ops it computes."""
 
-    name: str
+    name: str | None
     ops: tuple[str, ...]
 
     @property
@@ -65,7 +67,7 @@ class OptimizedGraph:
                  f"kernels ({self.fused_kernels} fused) + {len(self.extern_calls)} device kernel "
                  f"calls; op fusion {'on' if self.op_fusion else 'off'}"]
         for k in self.kernels:
-            lines.append(f"  {k.name}: {', '.join(k.ops)}")
+            lines.append(f"  {'fused' if k.fused else 'single'} kernel in {k.name}: {', '.join(k.ops)}")
         for name in self.extern_calls:
             lines.append(f"  device kernel: {name}")
         return "\n".join(lines)
@@ -136,9 +138,18 @@ def _record_graph(device: str, gm) -> None:
         _building = {"device": device, "gm": gm, "kernels": [], "extern": []}
 
 
-def _record_kernel(device: str, name: str, ops) -> None:
+def _record_kernel(device: str, name: str | None, ops) -> None:
+    """A generated kernel (one loop nest); name None until its function is defined."""
     if _building is not None and _building["device"] == device:
         _building["kernels"].append(Kernel(name, tuple(ops)))
+
+
+def _name_pending_kernels(device: str, function: str) -> None:
+    """The C++ function that holds the kernels recorded since the last one."""
+    if _building is not None and _building["device"] == device:
+        for kernel in _building["kernels"]:
+            if kernel.name is None:
+                kernel.name = function
 
 
 def _record_extern(device: str, name: str) -> None:

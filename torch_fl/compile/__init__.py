@@ -16,6 +16,8 @@ happens at `import torch`. The generated device module `torch.<name>` answers
 Inductor's lookup of `torch.<name>.Scheduling` (made in
 `init_backend_registration()`, the first thing every Inductor compile does)
 by calling `inductor_hook`, which registers everything for the device once.
+The device's own registration is the only one: the hook then reports the names
+as absent, so Inductor does not register them a second time.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def is_registered(name: str) -> bool:
 
 def register(name: str) -> dict[str, Any]:
     """Register backend `name` with Dynamo and Inductor (idempotent). Returns the
-    objects answering Inductor's hook names. Raises UnsupportedTorchError on an
+    registered codegen classes by Inductor's hook names. Raises UnsupportedTorchError on an
     untested torch, CompileNotSupportedError on a bad compile section."""
     with _lock:
         if name in _registered:
@@ -115,10 +117,15 @@ def register(name: str) -> dict[str, Any]:
 
 
 def inductor_hook(name: str, attr: str) -> Any:
-    """Called by the generated `torch.<name>.__getattr__` for Inductor's hook names."""
+    """Called by the generated `torch.<name>.__getattr__` for Inductor's hook names.
+
+    Registers the device directly (with its cache-key pass, which the stock
+    registration from these names would drop), then answers "no such attribute":
+    Inductor's `init_backend_registration` then leaves the registration alone."""
     if attr not in HOOK_NAMES:
         raise AttributeError(attr)
     try:
-        return register(name)[attr]
+        register(name)
     except RuntimeError as exc:  # e.g. the backend failed to load: keep the reason visible
         raise CompileNotSupportedError(f"torch.compile on '{name}': {exc}") from exc
+    raise AttributeError(f"torch.{name}.{attr}: registered with Inductor directly by torch_fl.compile")

@@ -107,9 +107,16 @@ def make_classes(name: str):
         def can_fuse_horizontal(self, node1, node2) -> bool:
             return graph_api.op_fusion_enabled() and super().can_fuse_horizontal(node1, node2)
 
+        # CppScheduling emits consecutive loop nests into one C++ function
+        # (a "kernel group"); a *kernel* here is one loop nest: one codegen_node call,
+        # computing the ops of the scheduler nodes fused into it.
+        def codegen_node(self, node):
+            graph_api._record_kernel(name, None, _origin_ops([node]))
+            return super().codegen_node(node)
+
         def define_kernel(self, src_code, nodes, kernel_args=None):
             kernel_name = super().define_kernel(src_code, nodes, kernel_args)
-            graph_api._record_kernel(name, kernel_name, _origin_ops(nodes))
+            graph_api._name_pending_kernels(name, kernel_name)
             return kernel_name
 
     WrapperCodegen.__name__ = WrapperCodegen.__qualname__ = f"{name.capitalize()}PythonWrapperCodegen"

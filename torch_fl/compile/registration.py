@@ -50,6 +50,8 @@ def refusing_cpp_wrapper(name: str, why: str) -> type:
     cannot link."""
 
     class RefusedCppWrapper:
+        supports_caching = False  # asked before create(); nothing gets compiled anyway
+
         @classmethod
         def create(cls, *args, **kwargs):
             from . import CompileNotSupportedError
