@@ -179,3 +179,40 @@ def test_reference_train_step_matches_eager(which):
     close(compiled.last_loss, eager.last_loss, atol=1e-4, rtol=1e-4)
     for pc, pe in zip(compiled.parameters(), eager.parameters()):
         close(pc, pe, atol=1e-4, rtol=1e-3)
+
+
+NONE_SCRIPT = r"""
+import warnings
+import torch_fl_acme._generated.backend as backend
+backend.DESCRIPTOR["compile"] = {"codegen": "none"}   # as if device.yaml said so
+backend.load()
+import torch
+
+def f(x):
+    return torch.nn.functional.gelu(x) * 2
+
+x = torch.randn(8, 8, device="acme")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = torch.compile(f)(x)
+    z = torch.compile(lambda t: t.sin() + 1)(x)
+ours = [str(w.message) for w in caught if "codegen: none" in str(w.message)]
+assert len(ours) == 1, ours
+assert "aot_eager" in ours[0]
+torch.testing.assert_close(y.cpu(), f(x).cpu())
+torch.testing.assert_close(z.cpu(), (x.sin() + 1).cpu())
+import torch_fl.compile.no_codegen as nc
+assert nc._warned == {"acme"}
+print("OK")
+"""
+
+
+def test_codegen_none_falls_back_to_aot_eager_with_one_warning():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    proc = subprocess.run([sys.executable, "-c", NONE_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
