@@ -146,8 +146,29 @@ def test_conv_and_model_on_second_device():
     close(y, model(x), atol=1e-5, rtol=1e-4)
 
 
+MAXPOOL_XFAIL = ("compiled max_pool2d backward on acme gives wrong input gradients (forward, "
+                 "and the same graph compiled on CPU, are right): one of Inductor 2.13's "
+                 "'cpu'-only lowering paths not yet covered by torch_fl.compile.workarounds")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["gpt", "resnet18"])
+@pytest.mark.xfail(strict=True, reason=MAXPOOL_XFAIL)
+def test_max_pool_backward():
+    def f(x):
+        return torch.nn.functional.max_pool2d(x, 3, 2, 1).sum(dim=(2, 3)).pow(2).sum()
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16).to("acme").requires_grad_()
+    f(x).backward()
+    eager = x.grad.clone()
+    x.grad = None
+    torch.compile(f)(x).backward()
+    close(x.grad, eager, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["gpt", pytest.param(
+    "resnet18", marks=pytest.mark.xfail(strict=True, reason=MAXPOOL_XFAIL))])
 def test_reference_train_step_matches_eager(which):
     from torch_fl.models import GPT, GPTConfig, resnet18
 
