@@ -34,6 +34,8 @@ _EXPORTS = {
     "distributed": ("init_distributed", "set_comm_backend", "comm_backend_for",
                     "register_comm_backend"),
     "quantization": ("calibrate", "mixed_plan", "QuantizationNotSupported"),
+    "graph": ("set_graph_optimization", "set_op_fusion", "get_optimized_graph", "optimize",
+              "OptimizedGraph"),
     "_backends": ("NoBackendError",),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
@@ -42,8 +44,8 @@ __all__ = ["__version__", *sorted(_WHERE)]
 
 
 # submodules reachable as attributes without importing them first
-_SUBMODULES = ("compare", "compat", "discovery", "distributed", "fallback", "memory", "models",
-               "ops", "precision", "quantization", "testing")
+_SUBMODULES = ("compare", "compat", "compile", "discovery", "distributed", "fallback", "graph",
+               "memory", "models", "ops", "precision", "quantization", "testing")
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import aten
 from .dtypes import default_tolerance, did_you_mean
 from .errors import ErrorCollector, SpecError, SpecErrors
-from .model import Backend, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
+from .model import Backend, CompileConfig, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
 from .paths import canonical_opspec_files
 from .samples import check_sample
@@ -305,6 +305,14 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                 errors.add(doc.error(("fallback", listname, j), f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
                                      "an op overload (add.Tensor) or base name (add)"))
 
+    compile_section = data.get("compile", {"codegen": "none"})
+    if compile_section["codegen"] != "triton":
+        for key in ("triton_backend", "cudagraphs", "autotune"):
+            if key in compile_section:
+                errors.add(doc.error(("compile", key), f"`{key}` applies to codegen triton only, "
+                                     f"not {compile_section['codegen']}",
+                                     "remove it, or set codegen: triton"))
+
     count = data.get("device_count", {"default": 1})
     descriptor = DeviceDescriptor(
         name=name,
@@ -333,10 +341,22 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
             warn_env=fb.get("warn_once_env", f"{upper}_FALLBACK_WARN"),
         ),
         file=doc.file,
+        compile=_compile_config(compile_section, name),
     )
     if len(errors.errors) > before:
         return None
     return descriptor, doc
+
+
+def _compile_config(section: dict, name: str) -> CompileConfig:
+    """device.yaml `compile` (schema-validated), defaults filled in."""
+    codegen = section["codegen"]
+    return CompileConfig(
+        codegen=codegen,
+        triton_backend=section.get("triton_backend", name) if codegen == "triton" else None,
+        cudagraphs=bool(section.get("cudagraphs", False)),
+        autotune=bool(section.get("autotune", False)),
+    )
 
 
 # ---------------------------------------------------------------- backend

@@ -74,6 +74,17 @@ class FallbackPolicy:
 
 
 @dataclass(frozen=True)
+class CompileConfig:
+    """device.yaml `compile`: how torch.compile (Inductor) generates code for the device.
+    torch_fl.compile reads it (through the generated DESCRIPTOR) on the first compile."""
+
+    codegen: str                 # "cpp" | "triton" | "none"
+    triton_backend: str | None   # triton: the vendor's Triton backend name (default: device name)
+    cudagraphs: bool             # triton: may Inductor capture device graphs (default False)
+    autotune: bool               # triton: may Inductor autotune kernels (default False)
+
+
+@dataclass(frozen=True)
 class DeviceDescriptor:
     """A chip as described by a backend's device.yaml, defaults filled in."""
 
@@ -94,6 +105,7 @@ class DeviceDescriptor:
     native: tuple[NativeSelection, ...]
     fallback: FallbackPolicy
     file: str                        # the device.yaml it came from
+    compile: CompileConfig = CompileConfig("none", None, False, False)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (tuples as lists), e.g. for a generated DESCRIPTOR."""

@@ -1,0 +1,202 @@
+"""torch.compile (Inductor) on acme: compiled vs eager, and compiled acme vs compiled CPU.
+
+    python benchmarks/bench_compile.py [--quick] [--json out.json] [--only NAME]
+
+Every ratio is measured in this run (eager and compiled, acme and CPU, one
+intra-op thread each so the comparison is per core: acme's own kernels are
+single-threaded). Compile time is reported separately and excluded from the step
+times (the first calls are warm-up). Nothing here fails on a timing.
+Train steps compile the model (forward and, through AOTAutograd, backward);
+the optimizer step stays eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+DEVICE = "acme"
+
+
+def _sync(device: str) -> None:
+    if device != "cpu":
+        torch.accelerator.synchronize()
+
+
+def measure(fn, device: str, min_time: float, repeats: int) -> float:
+    """Median seconds per call over `repeats` rounds of at least `min_time` each."""
+    fn()
+    _sync(device)
+    rounds = []
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time:
+                break
+        rounds.append(elapsed / n)
+    return statistics.median(rounds)
+
+
+# ---------------------------------------------------------------- workloads
+# Each maker returns step(compiled: bool) -> a zero-argument callable, building fresh
+# state on `device` so eager and compiled runs do not share parameters.
+
+def pointwise_chain(device):
+    x = torch.randn(1024, 1024, device=device)
+
+    def chain(t):
+        return (torch.nn.functional.gelu(t * 1.5 + 0.5) * torch.sigmoid(t)).tanh() + t
+
+    def make(compiled):
+        f = torch.compile(chain) if compiled else chain
+        return lambda: f(x)
+    return make
+
+
+def transformer_block_forward(device):
+    from torch_fl.models.gpt import Block, GPTConfig
+
+    cfg = GPTConfig(n_embd=128, n_head=4, block_size=64, dropout=0.0)
+    x = torch.randn(8, 64, 128, device=device)
+
+    def make(compiled):
+        torch.manual_seed(0)
+        block = Block(cfg).to(device).eval()
+        f = torch.compile(block) if compiled else block
+
+        def step():
+            with torch.no_grad():
+                return f(x)
+        return step
+    return make
+
+
+def gpt_train_step(device):
+    from torch_fl.models import GPT, GPTConfig
+
+    cfg = GPTConfig(dropout=0.0)
+    tokens = torch.randint(0, cfg.vocab_size, (8, cfg.block_size + 1)).to(device)
+
+    def make(compiled):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        f = torch.compile(model) if compiled else model
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            _, loss = f(tokens[:, :-1], tokens[:, 1:])
+            loss.backward()
+            opt.step()
+        return step
+    return make
+
+
+def resnet18_train_step(device):
+    from torch_fl.models import resnet18
+
+    images = torch.randn(8, 3, 32, 32).to(device)
+    labels = torch.randint(0, 10, (8,)).to(device)
+
+    def make(compiled):
+        torch.manual_seed(0)
+        model = resnet18(num_classes=10).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        f = torch.compile(model) if compiled else model
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(f(images), labels)
+            loss.backward()
+            opt.step()
+        return step
+    return make
+
+
+WORKLOADS = {
+    "pointwise chain (1024x1024, 6 ops)": pointwise_chain,
+    "transformer block forward (8x64x128)": transformer_block_forward,
+    "GPT train step (8x32 tokens, AdamW)": gpt_train_step,
+    "ResNet-18 train step (8x3x32x32, SGD)": resnet18_train_step,
+}
+GOALS = {  # from issue #10; reported, never asserted
+    "pointwise chain (1024x1024, 6 ops)": 4.0,
+    "GPT train step (8x32 tokens, AdamW)": 1.25,
+    "ResNet-18 train step (8x3x32x32, SGD)": 1.0,
+}
+
+
+def run(quick: bool, only: str | None) -> list[dict]:
+    torch.set_num_threads(1)
+    min_time, repeats = (0.1, 3) if quick else (1.0, 5)
+    rows = []
+    for name, workload in WORKLOADS.items():
+        if only and only.lower() not in name.lower():
+            continue
+        row = {"name": name}
+        for device in (DEVICE, "cpu"):
+            make = workload(device)
+            eager = make(False)
+            row[f"{device}_eager_s"] = measure(eager, device, min_time, repeats)
+            torch._dynamo.reset()
+            compiled = make(True)
+            start = time.perf_counter()
+            compiled()
+            compiled()  # a train step compiles forward, then backward
+            _sync(device)
+            row[f"{device}_compile_s"] = time.perf_counter() - start
+            row[f"{device}_compiled_s"] = measure(compiled, device, min_time, repeats)
+            print(f"  measured {name} on {device}", file=sys.stderr, flush=True)
+        row["speedup"] = row[f"{DEVICE}_eager_s"] / row[f"{DEVICE}_compiled_s"]
+        row["compiled_vs_cpu"] = row[f"{DEVICE}_compiled_s"] / row["cpu_compiled_s"]
+        row["goal"] = GOALS.get(name)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    def fmt(s: float) -> str:
+        return f"{s * 1e6:.0f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+    out = [f"| workload | {DEVICE} eager | {DEVICE} compiled | speedup (goal) | CPU compiled "
+           f"| {DEVICE} / CPU compiled (goal ≤ 1.2×) | compile time {DEVICE} |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        goal = f" (≥ {r['goal']}×)" if r["goal"] else ""
+        out.append(f"| {r['name']} | {fmt(r[f'{DEVICE}_eager_s'])} | {fmt(r[f'{DEVICE}_compiled_s'])} "
+                   f"| {r['speedup']:.2f}×{goal} | {fmt(r['cpu_compiled_s'])} | {r['compiled_vs_cpu']:.2f}× "
+                   f"| {r[f'{DEVICE}_compile_s']:.0f} s |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short rounds (smoke run)")
+    parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--only", help="run only workloads whose name contains this")
+    args = parser.parse_args(argv)
+    import torch_fl_acme
+
+    torch_fl_acme.load()
+    rows = run(args.quick, args.only)
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"torch": torch.__version__, "threads": 1,
+                       "caches_disabled": os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") == "1",
+                       "rows": rows}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

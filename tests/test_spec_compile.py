@@ -1,0 +1,44 @@
+"""device.yaml `compile:` section: defaults, values, and errors with file:line:field."""
+
+from pathlib import Path
+
+import pytest
+
+from flsdk.spec import SpecErrors, load_device
+from flsdk.spec.model import CompileConfig
+
+FIXTURE = Path(__file__).parent / "fixtures" / "spec" / "backend" / "device.yaml"
+
+
+def with_compile(tmp_path, text):
+    path = tmp_path / "device.yaml"
+    path.write_text(FIXTURE.read_text() + text)
+    return path
+
+
+def test_default_is_none():
+    d = load_device(FIXTURE)
+    assert d.compile == CompileConfig("none", None, False, False)
+    assert d.as_dict()["compile"] == {"codegen": "none", "triton_backend": None,
+                                      "cudagraphs": False, "autotune": False}
+
+
+def test_cpp_and_triton(tmp_path):
+    assert load_device(with_compile(tmp_path, "compile: {codegen: cpp}\n")).compile.codegen == "cpp"
+    d = load_device(with_compile(tmp_path, "compile: {codegen: triton, autotune: true}\n"))
+    assert d.compile == CompileConfig("triton", "acme", False, True)  # backend name defaults to the device
+
+
+def test_bad_codegen_names_line_and_field(tmp_path):
+    path = with_compile(tmp_path, "compile: {codegen: cuda}\n")
+    with pytest.raises(SpecErrors) as info:
+        load_device(path)
+    text = str(info.value)
+    line = len(FIXTURE.read_text().splitlines()) + 1
+    assert f"{path}:{line}: compile.codegen" in text and "cpp, triton or none" in text, text
+
+
+def test_triton_option_refused_for_cpp(tmp_path):
+    with pytest.raises(SpecErrors) as info:
+        load_device(with_compile(tmp_path, "compile: {codegen: cpp, autotune: true}\n"))
+    assert "compile.autotune" in str(info.value) and "codegen triton only" in str(info.value)

@@ -1,0 +1,163 @@
+"""`codegen: cpp`: Inductor's C++ kernels run directly on the device's memory.
+
+For a device whose memory the host can address (a simulator, unified memory),
+Inductor's CPU code generator (CppScheduling) can produce the fused kernels:
+they only need the buffers' pointers, which the Python wrapper passes exactly
+as on CPU. What the device adds over CPU is small and lives here:
+
+* op overrides: the device module's set_device / synchronize / device guard;
+* the wrapper: calls host kernels inline for this device (stock Inductor
+  knows only cpu and mps), allocates buffers on the device *with* its index,
+  and enters a device guard around the graph so random ops and extern kernels
+  see the right current device (trap c);
+* the scheduling: CppScheduling with the 2.13 fixes of `workarounds.py`.
+
+Matmuls, convolutions and other extern kernels stay the backend's own
+kernels: Inductor calls the aten ops, which dispatch to the device.
+"""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+
+def make_classes(name: str):
+    """(DeviceOpOverrides instance, wrapper class, scheduling class) for device `name`."""
+    import torch
+    from torch._inductor.codegen.common import DeviceOpOverrides
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+    from torch._inductor.ir import ExternKernel
+    from torch._inductor.virtualized import V
+
+    from .. import graph as graph_api
+
+    mod_expr = f"torch.{name}"
+
+    class OpOverrides(DeviceOpOverrides):
+        def import_get_raw_stream_as(self, alias: str) -> str:
+            return dedent(f"""
+                def {alias}(_):
+                    return 0
+                """)
+
+        def cpp_kernel_type(self) -> str:
+            return "void*"
+
+        def set_device(self, device_idx: int) -> str:
+            return f"{mod_expr}.set_device({device_idx})"
+
+        def synchronize(self) -> str:
+            return f"{mod_expr}.synchronize()"
+
+        def device_guard(self, device_idx: int) -> str:
+            return f"{mod_expr}.device({device_idx})"
+
+    class HostKernelCalls:
+        """Mixin of both wrappers: call host-compiled kernels on `name` buffers inline,
+        allocate on the buffer's own device index."""
+
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None,
+                                         triton=True, **kwargs):
+            device = device or V.graph.get_current_device_or_throw()
+            if device.type == name and not triton:
+                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                return
+            return super()._generate_kernel_call_helper(
+                kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+        def make_allocation(self, buf_name, device, dtype, shape, stride,
+                            allocation_shape=None, is_pinned=False):
+            line = super().make_allocation(buf_name, device, dtype, shape, stride,
+                                           allocation_shape, is_pinned)
+            if device.type == name and device.index is not None:
+                # Trap (c): stock code writes device='<type>' (current device), not the index.
+                line = line.replace(f"device='{name}'", f"device='{name}:{device.index}'")
+            return line
+
+    class SubgraphWrapperCodegen(HostKernelCalls, SubgraphPythonWrapperCodegen):
+        """Wrapper of a subgraph (torch.cond / while_loop bodies)."""
+
+    class WrapperCodegen(HostKernelCalls, PythonWrapperCodegen):
+        """Python wrapper of a graph with tensors on `name`."""
+
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            # Stock create() builds PythonWrapperCodegen itself, not the registered class.
+            if is_subgraph:
+                return SubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return WrapperCodegen()
+
+        def generate(self, is_inference):
+            result = super().generate(is_inference)
+            for op in V.graph.operations:
+                if isinstance(op, ExternKernel) and op.get_device() is not None \
+                        and op.get_device().type == name:
+                    graph_api._record_extern(name, _extern_name(op))
+            graph_api._finish_graph(name)
+            return result
+
+    class Scheduling(CppScheduling):
+        """CppScheduling for `name`; fuses as on CPU unless torch_fl's op fusion is off,
+        and reports each kernel to torch_fl.graph."""
+
+        def can_fuse_vertical(self, node1, node2) -> bool:
+            return graph_api.op_fusion_enabled() and super().can_fuse_vertical(node1, node2)
+
+        def can_fuse_horizontal(self, node1, node2) -> bool:
+            return graph_api.op_fusion_enabled() and super().can_fuse_horizontal(node1, node2)
+
+        # CppScheduling emits consecutive loop nests into one C++ function
+        # (a "kernel group"); a *kernel* here is one loop nest: one codegen_node call,
+        # computing the ops of the scheduler nodes fused into it.
+        def codegen_node(self, node):
+            graph_api._record_kernel(name, None, _origin_ops([node]))
+            return super().codegen_node(node)
+
+        def define_kernel(self, src_code, nodes, kernel_args=None):
+            kernel_name = super().define_kernel(src_code, nodes, kernel_args)
+            graph_api._name_pending_kernels(name, kernel_name)
+            return kernel_name
+
+    WrapperCodegen.__name__ = WrapperCodegen.__qualname__ = f"{name.capitalize()}PythonWrapperCodegen"
+    Scheduling.__name__ = Scheduling.__qualname__ = f"{name.capitalize()}CppScheduling"
+    del torch
+    return OpOverrides(), WrapperCodegen, Scheduling
+
+
+def _origin_ops(nodes) -> list[str]:
+    """The aten ops a kernel computes, from the FX origins of its scheduler nodes."""
+    ops = []
+    for snode in nodes:
+        for inner in snode.get_nodes():
+            ir_node = getattr(inner, "node", None)
+            for origin in sorted(getattr(ir_node, "origins", ()) or (), key=lambda n: n.name):
+                if origin.op == "call_function":
+                    ops.append(str(origin.target))
+    return ops
+
+
+def _extern_name(op) -> str:
+    return str(getattr(op, "python_kernel_name", None) or type(op).__name__)
+
+
+def register(name: str, config: dict, key: str) -> dict:
+    """Register device `name` for Inductor's C++ codegen; returns the hook objects."""
+    from torch._inductor.codegen.common import (register_backend_for_device,
+                                                register_device_op_overrides)
+    from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
+
+    from . import workarounds
+    from .registration import make_cache_key_pass, refusing_cpp_wrapper, register_device_interface
+
+    register_device_interface(name)
+    overrides, wrapper, scheduling = make_classes(name)
+    register_device_op_overrides(name, overrides)
+    cpp_wrapper = refusing_cpp_wrapper(
+        name, "Inductor's C++ wrapper needs a per-device C shim (aoti_torch_<device>_*), which "
+              "flsdk does not generate yet")
+    register_backend_for_device(name, scheduling, wrapper, cpp_wrapper, WrapperFxCodegen,
+                                device_custom_pass=make_cache_key_pass(name, key))
+    workarounds.apply(name, "cpp")
+    return {"Scheduling": scheduling, "PythonWrapperCodegen": wrapper,
+            "CppWrapperCodegen": cpp_wrapper, "WrapperFxCodegen": WrapperFxCodegen}
