@@ -173,10 +173,14 @@ def _check_recorded(versions: dict[str, Any], record: str | os.PathLike | None,
                      + " (rerun with update_record=True / --update-record to accept)", ev)
     if previous == versions:
         return Check("versions_recorded", title, PASS, f"matches the record {path}", ev)
-    path.write_text(json.dumps({"written_by": "torch_fl.readiness",
-                                "date": datetime.datetime.now(datetime.timezone.utc)
-                                .isoformat(timespec="seconds"),
-                                "versions": versions}, indent=2) + "\n")
+    try:
+        path.write_text(json.dumps({"written_by": "torch_fl.readiness",
+                                    "date": datetime.datetime.now(datetime.timezone.utc)
+                                    .isoformat(timespec="seconds"),
+                                    "versions": versions}, indent=2) + "\n")
+    except OSError as exc:
+        return Check("versions_recorded", title, FAIL, f"cannot write the record {path}: {exc}",
+                     ev)
     return Check("versions_recorded", title, PASS, f"recorded to {path}", ev)
 
 
@@ -418,9 +422,12 @@ def _check_errors(device, mod) -> Check:
         unchecked.append("the backend has no runtime_set_option: cannot inject faults")
     else:
         try:
+            # an empty cache makes the next allocation reach the runtime
+            torch.accelerator.synchronize(device.index)
+            mod.native().empty_cache()
             setter("fault_malloc", "1")
             try:
-                torch.empty(1 << 20, dtype=torch.uint8, device=device) + 1
+                torch.empty(3 << 20, dtype=torch.uint8, device=device)
                 problems.append("an injected allocation failure was not reported")
             except torch.OutOfMemoryError as exc:
                 ev["injected_oom"] = str(exc).splitlines()[0]

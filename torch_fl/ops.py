@@ -135,7 +135,7 @@ class SupportedOps(list):
                 return OpSupport(name, False, "fallback", f"{name} decomposes into ops that "
                                  f"fall back to the CPU: {', '.join(sorted(bad))}")
             return OpSupport(name, True, "composite", f"{name} decomposes into ops native on "
-                             f"{self.device}: {', '.join(reached) or 'views only'}")
+                             f"{self.device}: {', '.join(reached) or 'none (views or aliases only)'}")
         return OpSupport(name, False, "unknown", f"{name} is composite, but no probe input built "
                          "from its schema runs on the CPU; use check_ops with real inputs")
 
@@ -144,7 +144,7 @@ class SupportedOps(list):
 # pooling and batch norm; the same shape for every tensor argument fits
 # elementwise ops and e.g. conv2d's weight).
 _PROBE_SHAPES = ((2, 3, 4, 4), (3, 4), (4,))
-_MAX_PROBES = 12
+_MAX_PROBES_PER_SHAPE = 16
 
 
 def _probe_arguments(schema):
@@ -155,31 +155,40 @@ def _probe_arguments(schema):
 
     import torch
 
+    C = torch._C
+
+    def is_tensor(t) -> bool:
+        return isinstance(t, C.TensorType)
+
     def choices(arg, shape):
         t = arg.type
-        text = str(t)
-        tensor = lambda: torch.randn(shape)  # noqa: E731
-        if text == "Tensor":
-            return [tensor()]
-        if text == "Tensor?":
-            return [None, tensor()]
-        if text in ("Tensor[]", "Tensor?[]"):
+        # index-like arguments need integers (embedding's indices, nll_loss's target)
+        integer = arg.name in ("indices", "index", "target", "offsets")
+        tensor = (lambda: torch.zeros(shape, dtype=torch.long)) if integer else \
+            (lambda: torch.randn(shape))
+        optional = isinstance(t, C.OptionalType)
+        inner = t.getElementType() if optional else t
+        if is_tensor(inner):
+            return [None, tensor()] if optional else [tensor()]
+        element = inner.getElementType() if isinstance(inner, C.ListType) else None
+        if isinstance(element, C.OptionalType):
+            element = element.getElementType()
+        if element is not None and is_tensor(element):
             return [[tensor(), tensor()]]
         if arg.has_default_value():
             return [arg.default_value]
-        if text.endswith("?"):
+        if optional:
             return [None]
-        if text == "bool":
+        if isinstance(inner, C.BoolType):
             return [False, True]
-        if text in ("int", "SymInt"):
+        if isinstance(inner, (C.IntType, C.SymIntType)):
             return [1, 0]
-        if text in ("float", "Scalar"):
+        if isinstance(inner, (C.FloatType, C.NumberType)):
             return [0.1, 1]
-        if text.startswith(("int[", "SymInt[")):
-            return [[1], [1, 1]]
-        raise LookupError(text)
+        if isinstance(element, (C.IntType, C.SymIntType)):
+            return [[shape[-1]], [1], [1, 1]]  # e.g. normalized_shape, then sizes/dims
+        raise LookupError(str(t))
 
-    tried = 0
     for shape in _PROBE_SHAPES:
         positional, keyword = [], []
         try:
@@ -188,13 +197,11 @@ def _probe_arguments(schema):
                                                                      choices(arg, shape)))
         except LookupError:
             return
-        for combo in itertools.product(*[c for _, c in positional + keyword]):
+        combos = itertools.product(*[c for _, c in positional + keyword])
+        for combo in itertools.islice(combos, _MAX_PROBES_PER_SHAPE):
             args = list(combo[:len(positional)])
             kwargs = {n: v for (n, _), v in zip(keyword, combo[len(positional):])}
             yield args, kwargs
-            tried += 1
-            if tried >= _MAX_PROBES:
-                return
 
 
 def get_supported_ops(device: Any = None) -> SupportedOps:
