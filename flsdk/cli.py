@@ -257,8 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", default="torch_fl.lock.json",
                    help="version record file to write / compare (default: %(default)s)")
     p.add_argument("--update-record", action="store_true", help="accept changed versions")
-    p.add_argument("--min-bandwidth", type=float, default=0.1,
-                   help="minimum all_reduce bus bandwidth in GB/s (default: %(default)s)")
+    p.add_argument("--min-bandwidth", type=float, default=0.01,
+                   help="minimum all_reduce bus bandwidth in GB/s (default: %(default)s, a floor "
+                   "that catches a broken link; set what your training needs)")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the 2-process measurement")
     p.add_argument("--no-faults", action="store_true", help="skip OOM / device-loss injection")
     p.add_argument("--atol", type=float, default=1e-3)

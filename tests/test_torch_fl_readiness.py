@@ -111,7 +111,7 @@ def test_bandwidth_below_the_minimum_fails(monkeypatch):
     rows = [{"bytes": 1 << 20, "seconds": 0.01, "bus_gbps": 0.1}]
     monkeypatch.setattr(checklist, "_measure_bandwidth", lambda *a, **k: rows)
     low = checklist._check_bandwidth(torch.device(DEVICE), 5.0, (1 << 20,), True)
-    assert low.status == "fail" and "best 0.10 vs minimum 5" in low.summary
+    assert low.status == "fail" and "best 0.1 vs minimum 5" in low.summary
     assert checklist._check_bandwidth(torch.device(DEVICE), 0.05, (1 << 20,), True).status == \
         "pass"
 
