@@ -121,8 +121,9 @@ def test_set_memory_config_as_in_the_article(restore_memory_config):
     assert cfg["pool_limit_mb"] == 4096
     assert cfg["max_split_size_mb"] == torch_fl.memory.FRAGMENTATION_AVOID_SPLIT_MB
     assert cfg["round_size"] == 256
-    x = torch.empty(1000, device="acme:0")  # 4000 bytes, rounded up to 256
-    assert torch_fl.memory_stats("acme:0")["allocated_bytes.all.current"] % 256 == 0
+    before = torch_fl.memory_allocated("acme:0")
+    x = torch.empty(700, dtype=torch.uint8, device="acme:0")
+    assert torch_fl.memory_allocated("acme:0") - before == 768  # rounded up to 256, not 512
     del x
     torch_fl.set_memory_config("acme:0", {"pool_size": 64 * 1024**2,
                                           "enable_fragmentation_avoid": False})
