@@ -172,11 +172,15 @@ def test_set_comm_backend_gloo_and_all_reduce_as_in_the_article():
 def test_set_comm_backend_gloo_keeps_acmeccl():
     from torch_fl import distributed as fld
 
+    import torch.distributed as dist
+
     assert torch_fl.set_comm_backend("gloo") == "gloo"
     assert fld.comm_backend_for("acme") == "gloo"
     assert fld.registered_comm_backends()["gloo_acme"] == "acme"
+    assert dist.get_default_backend_for_device("acme") == "gloo_acme"
     assert torch_fl.set_comm_backend("acmeccl", "acme") == "acmeccl"
     assert fld.comm_backend_for("acme") == "acmeccl"
+    assert dist.get_default_backend_for_device("acme") == "acmeccl"
 
 
 def test_precision_as_in_the_article():

@@ -501,8 +501,11 @@ def set_comm_backend(name: str, device: str | torch.device | None = None) -> str
     if device_type == "cpu":
         raise ValueError("set_comm_backend: CPU uses gloo; name an flsdk device, e.g. 'acme'")
     name = name.lower()
-    register_comm_backend(_c10d_name(name, device_type), device_type)
+    c10d_name = register_comm_backend(_c10d_name(name, device_type), device_type)
     _chosen[device_type] = name
+    # The choice is also what c10d picks for the device when a group names no
+    # backend (registering a second backend would otherwise leave the last one).
+    dist.Backend.default_device_backend_map[device_type] = c10d_name
     return name
 
 
