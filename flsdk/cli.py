@@ -1,4 +1,4 @@
-"""The `flsdk` command: new-backend, gen, check, ops, doctor, compare.
+"""The `flsdk` command: new-backend, gen, check, ops, doctor, compare, readiness.
 
 User mistakes (bad specs, bad arguments) print one clear message and exit 2;
 a Python traceback means a bug in flsdk.
@@ -197,12 +197,21 @@ def cmd_doctor(args) -> int:
         print(f"backend {root.name}: generated for torch {generated_for}: "
               + ("matches" if same else "DOES NOT MATCH the installed torch: run flsdk gen and rebuild"))
         problems += 0 if same else 1
+    from torch_fl.compat import INIT_FAILURE_CAUSES, compat_matrix, compat_report
     from torch_fl.discovery import backend_reports
 
     for report in backend_reports():
         state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
         print(f"installed backend {report['name']} ({report['package']}): {state}")
         problems += 0 if report["loaded"] else 1
+    print("version compatibility (torch <-> torch_fl <-> backend <-> driver/runtime):")
+    print("  " + compat_report().replace("\n", "\n  "))
+    for row in compat_matrix():
+        if row["loaded"] and not row["torch_fl_ok"]:
+            problems += 1
+        if row["cause"]:
+            name, fix, _ = INIT_FAILURE_CAUSES[row["cause"]]
+            print(f"backend {row['name']} cannot start: {name} ({fix})")
     print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
     return 1 if problems else 0
 
@@ -211,6 +220,12 @@ def cmd_compare(args) -> int:
     from torch_fl.cli_compare import run_compare
 
     return run_compare(args)
+
+
+def cmd_readiness(args) -> int:
+    from torch_fl.cli_readiness import run_readiness
+
+    return run_readiness(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,6 +270,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=1e-3)
     p.add_argument("--rtol", type=float, default=1e-3)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("readiness", help="the production-readiness checklist on a device "
+                       "(pass/warn/fail with evidence; exit 1 on a fail)")
+    p.add_argument("--device", default=None, help="e.g. acme:0 (default: first backend device)")
+    p.add_argument("--model", default="resnet18", help="resnet18, gpt or none")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--record", default="torch_fl.lock.json",
+                   help="version record file to write / compare (default: %(default)s)")
+    p.add_argument("--update-record", action="store_true", help="accept changed versions")
+    p.add_argument("--min-bandwidth", type=float, default=0.01,
+                   help="minimum all_reduce bus bandwidth in GB/s (default: %(default)s, a floor "
+                   "that catches a broken link; set what your training needs)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the 2-process measurement")
+    p.add_argument("--no-faults", action="store_true", help="skip OOM / device-loss injection")
+    p.add_argument("--atol", type=float, default=1e-3)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.set_defaults(func=cmd_readiness)
     return parser
 
 

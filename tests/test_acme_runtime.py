@@ -30,6 +30,7 @@ EXPECTED_TESTS = [
     "coalescing_and_fragmentation", "best_fit", "alignment_config", "copies",
     "protect_mode", "stream_ordering", "events", "stream_wait_event",
     "sticky_errors", "fork_child_streams", "fault_injection", "options_and_stats",
+    "device_loss_and_versions",
     "last_error_is_thread_local", "multithread_stress", "benchmarks",
 ]
 

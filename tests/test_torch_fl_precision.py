@@ -98,21 +98,22 @@ def test_grad_scaler_step_on_device():
 def test_compare_precision_numbers():
     torch.manual_seed(0)
     a, b = torch.randn(32, 64), torch.randn(64, 16)
-    (d,) = torch_fl.compare_precision(torch.matmul, (a, b), "cpu", DEVICE)
+    (d,) = torch_fl.compare_precision(torch.matmul, (a, b), "cpu", DEVICE).diffs
     assert d.shape == [32, 16] and d.ok
     assert d.max_abs < 1e-4 and d.cosine > 0.999999
     # bfloat16 on the device against float32 on the CPU: visibly less precise
     (lo,) = torch_fl.compare_precision(
         lambda x, y: (x.to(torch.bfloat16) @ y.to(torch.bfloat16)).float()
-        if x.device.type != "cpu" else x @ y, (a, b), "cpu", DEVICE, atol=1e-5, rtol=1e-5)
+        if x.device.type != "cpu" else x @ y, (a, b), "cpu", DEVICE, atol=1e-5, rtol=1e-5).diffs
     assert lo.max_abs > 1e-3 and not lo.ok and 0.99 < lo.cosine < 1.0
-    outs = torch_fl.compare_precision(lambda x: (x.relu(), x.sum(0)), (a,), "cpu", DEVICE)
+    outs = torch_fl.compare_precision(lambda x: (x.relu(), x.sum(0)), (a,), "cpu",
+                                      DEVICE).diffs
     assert [o.shape for o in outs] == [[32, 64], [64]]
     # default tolerances follow the output dtype: integers must be exact
-    (idx,) = torch_fl.compare_precision(lambda x: x.argmax(1), (a,), "cpu", DEVICE)
+    (idx,) = torch_fl.compare_precision(lambda x: x.argmax(1), (a,), "cpu", DEVICE).diffs
     assert idx.ok and idx.max_abs == 0 and idx.dtype_b == "int64"
     (off,) = torch_fl.compare_precision(
-        lambda x: x.argmax(1) + (1 if x.device.type != "cpu" else 0), (a,), "cpu", DEVICE)
+        lambda x: x.argmax(1) + (1 if x.device.type != "cpu" else 0), (a,), "cpu", DEVICE).diffs
     assert not off.ok and off.max_abs == 1
 
 

@@ -30,12 +30,15 @@ _EXPORTS = {
     "precision": ("get_supported_precision", "set_auto_mixed_precision",
                   "get_auto_mixed_precision", "grad_scaler", "compare_precision", "tensor_diff"),
     "compare": ("compare_model", "ModelCompareReport"),
-    "compat": ("compat_matrix", "compat_report", "check_compat", "IncompatibleBackendError"),
+    "compat": ("compat_matrix", "compat_report", "check_compat", "IncompatibleBackendError",
+               "CompatWarning"),
     "distributed": ("init_distributed", "set_comm_backend", "comm_backend_for",
                     "register_comm_backend"),
     "quantization": ("calibrate", "mixed_plan", "QuantizationNotSupported"),
     "graph": ("set_graph_optimization", "set_op_fusion", "get_optimized_graph", "optimize",
               "OptimizedGraph"),
+    # module named apart from its function: `torch_fl.readiness` must stay callable
+    "checklist": ("readiness", "ReadinessReport"),
     "_backends": ("NoBackendError",),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
@@ -44,8 +47,9 @@ __all__ = ["__version__", *sorted(_WHERE)]
 
 
 # submodules reachable as attributes without importing them first
-_SUBMODULES = ("compare", "compat", "compile", "discovery", "distributed", "fallback", "graph",
-               "memory", "models", "ops", "precision", "quantization", "testing")
+_SUBMODULES = ("checklist", "compare", "compat", "compile", "discovery", "distributed",
+               "fallback", "graph", "memory", "models", "ops", "precision", "quantization",
+               "testing")
 
 
 def __getattr__(name: str) -> Any:
@@ -61,3 +65,11 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_WHERE))
+
+
+# The version-compatibility matrix (torch <-> torch_fl <-> backend) is checked at
+# import: a mismatch warns (CompatWarning), nothing here can raise, and neither
+# torch nor any backend's native code is imported for it.
+from .compat import warn_if_incompatible as _warn_if_incompatible  # noqa: E402
+
+_warn_if_incompatible()

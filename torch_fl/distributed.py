@@ -460,13 +460,24 @@ def register_comm_backend(name: str, device_type: str) -> str:
             return name
         if name in dist.Backend.backend_list or name.upper() in dist.Backend._plugins:
             raise ValueError(f"'{name}' is already a torch.distributed backend not made by "
-                             f"torch_fl; choose another comm_backend name")
+                             f"torch_fl; choose 'gloo' (staged through host memory), the "
+                             f"device's own comm_backend, or another name")
         # devices must be a list: a str is taken character by character by some
         # torch versions' capability checks.
         dist.Backend.register_backend(name, _creator(name, device_type), extended_api=True,
                                       devices=[device_type])
         _registered[name] = device_type
     return name
+
+
+def _staged_gloo_name(device_type: str) -> str:
+    """c10d name of "gloo for this device": 'gloo' itself is torch's CPU backend."""
+    return f"gloo_{device_type}"
+
+
+def _c10d_name(name: str, device_type: str) -> str:
+    """The c10d backend to create for a chosen comm backend name."""
+    return _staged_gloo_name(device_type) if name == "gloo" else name
 
 
 def registered_comm_backends() -> dict[str, str]:
@@ -477,15 +488,25 @@ def registered_comm_backends() -> dict[str, str]:
 def set_comm_backend(name: str, device: str | torch.device | None = None) -> str:
     """Use `name` as the comm backend of `device` (default: the current accelerator).
 
-    Registers it if needed; `init_distributed` and `comm_backend_for` use it from
-    then on instead of the descriptor's `comm_backend`. Returns `name`.
+    * "gloo" (the Torch-FL article's "Gloo for CPU or general use"): the device's
+      tensors are staged through host memory into torch's own gloo. Registered
+      with c10d as "gloo_<device>" ("gloo" itself is torch's CPU backend).
+    * the device's own library (descriptor `comm_backend`, e.g. "acmeccl"), or
+      any new name: registered as a staged backend of the device.
+
+    `init_distributed` and `comm_backend_for` use the choice from then on
+    instead of the descriptor's `comm_backend`. Returns `name` (lower case).
     """
     device_type = torch.device(device).type if device is not None else _current_accelerator_type()
     if device_type == "cpu":
         raise ValueError("set_comm_backend: CPU uses gloo; name an flsdk device, e.g. 'acme'")
-    register_comm_backend(name, device_type)
-    _chosen[device_type] = name.lower()
-    return name.lower()
+    name = name.lower()
+    c10d_name = register_comm_backend(_c10d_name(name, device_type), device_type)
+    _chosen[device_type] = name
+    # The choice is also what c10d picks for the device when a group names no
+    # backend (registering a second backend would otherwise leave the last one).
+    dist.Backend.default_device_backend_map[device_type] = c10d_name
+    return name
 
 
 def _current_accelerator_type() -> str:
@@ -514,7 +535,8 @@ def init_distributed(device: str | torch.device, rank: int, world_size: int,
         backend = "gloo"
         local = dev
     else:
-        backend = register_comm_backend(comm_backend_for(dev.type), dev.type)
+        backend = register_comm_backend(_c10d_name(comm_backend_for(dev.type), dev.type),
+                                        dev.type)
         index = dev.index
         if index is None:
             count = torch.accelerator.device_count()

@@ -11,11 +11,12 @@ summary, and device resolution ("acme:1", "acme", None).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from . import _backends
 
-__all__ = ["MEMORY_CONFIG_KEYS", "set_memory_config", "get_memory_config", "memory_stats",
+__all__ = ["MEMORY_CONFIG_KEYS", "ARTICLE_MEMORY_KEYS", "set_memory_config", "get_memory_config", "memory_stats",
            "memory_summary", "empty_cache", "memory_allocated", "memory_reserved",
            "reset_peak_memory_stats"]
 
@@ -72,6 +73,66 @@ MEMORY_CONFIG_KEYS = {
 }
 
 
+# The Torch-FL article's keys, mapped onto the allocator keys above (each
+# article key sets exactly one allocator key; docs/torch_fl.md has the table).
+# enable_fragmentation_avoid=True stops the allocator from splitting cached
+# blocks larger than this, so a big free block is not carved into small pieces
+# that later large requests cannot use (PyTorch's max_split_size_mb remedy).
+FRAGMENTATION_AVOID_SPLIT_MB = 64
+_MAX_ALIGNMENT = 64 * _MIB
+
+
+def _pool_size(value: Any) -> tuple[str, str]:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"memory config pool_size must be a positive integer number of bytes "
+                         f"(e.g. 4 * 1024**3), got {value!r}")
+    return "pool_limit_mb", _fmt(value / _MIB)
+
+
+def _fragmentation_avoid(value: Any) -> tuple[str, str]:
+    if not isinstance(value, bool):
+        raise ValueError(f"memory config enable_fragmentation_avoid must be True or False, "
+                         f"got {value!r}")
+    return "max_split_size_mb", _fmt(FRAGMENTATION_AVOID_SPLIT_MB) if value else "unlimited"
+
+
+def _alignment(value: Any) -> tuple[str, str]:
+    if (isinstance(value, bool) or not isinstance(value, int) or value < 1
+            or value > _MAX_ALIGNMENT or value & (value - 1)):
+        raise ValueError(f"memory config alignment must be a power of two number of bytes in "
+                         f"1..{_MAX_ALIGNMENT}, got {value!r}")
+    return "round_size", _fmt(value)
+
+
+# article key -> (allocator key it sets, converter returning (allocator key, text))
+ARTICLE_MEMORY_KEYS = {
+    "pool_size": ("pool_limit_mb", _pool_size),
+    "enable_fragmentation_avoid": ("max_split_size_mb", _fragmentation_avoid),
+    "alignment": ("round_size", _alignment),
+}
+
+
+def _allocator_settings(config: dict[str, Any]) -> dict[str, str]:
+    """{allocator key: text} for a config mixing allocator and article keys;
+    ValueError (before anything changes) on unknown keys, bad values, or two
+    keys setting the same allocator option."""
+    settings: dict[str, str] = {}
+    source: dict[str, str] = {}
+    for key, value in config.items():
+        if key in MEMORY_CONFIG_KEYS:
+            target, text = key, MEMORY_CONFIG_KEYS[key][1](value)
+        elif key in ARTICLE_MEMORY_KEYS:
+            target, text = ARTICLE_MEMORY_KEYS[key][1](value)
+        else:
+            raise ValueError(f"unknown memory config key {key!r}; valid keys: "
+                             + ", ".join([*MEMORY_CONFIG_KEYS, *ARTICLE_MEMORY_KEYS]))
+        if target in source:
+            raise ValueError(f"memory config keys {source[target]!r} and {key!r} both set the "
+                             f"allocator's {target}; give one of them")
+        settings[target], source[target] = text, key
+    return settings
+
+
 def _device_and_backend(device: Any):
     dev = _backends.resolve_device(device)
     if dev.type == "cpu":
@@ -82,21 +143,26 @@ def _device_and_backend(device: Any):
 def set_memory_config(device: Any = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Configure the caching allocator of the device's backend. Keys:
     round_size, max_split_size_mb, garbage_collection_threshold, pool_limit_mb
-    (see MEMORY_CONFIG_KEYS). Unknown keys or bad values raise ValueError before
+    (see MEMORY_CONFIG_KEYS), or the Torch-FL article's pool_size (bytes ->
+    pool_limit_mb), enable_fragmentation_avoid (True -> max_split_size_mb=64,
+    False -> unlimited) and alignment (power of two bytes -> round_size). Unknown keys or bad values raise ValueError before
     anything changes. The configuration is per backend (all its devices share it).
     `set_memory_config({...})` uses the current device. Returns the new config."""
     if isinstance(device, dict) and config is None:
         device, config = None, device
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict of allocator options, got {type(config).__name__}")
-    parts = []
-    for key, value in config.items():
-        if key not in MEMORY_CONFIG_KEYS:
-            raise ValueError(f"unknown memory config key {key!r}; valid keys: "
-                             + ", ".join(MEMORY_CONFIG_KEYS))
-        parts.append(f"{key}:{MEMORY_CONFIG_KEYS[key][1](value)}")
-    _, mod = _device_and_backend(device)
-    mod.native().set_memory_config(",".join(parts))
+    settings = _allocator_settings(config)
+    dev, mod = _device_and_backend(device)
+    if "pool_limit_mb" in settings and settings["pool_limit_mb"] != "unlimited":
+        import torch
+
+        capacity = torch.accelerator.get_memory_info(dev.index)[1]
+        if float(settings["pool_limit_mb"]) * _MIB > capacity:
+            warnings.warn(f"memory pool limit {float(settings['pool_limit_mb']):g} MiB exceeds "
+                          f"{dev}'s capacity ({capacity / _MIB:g} MiB): the capacity is the "
+                          f"effective limit", stacklevel=2)
+    mod.native().set_memory_config(",".join(f"{k}:{v}" for k, v in settings.items()))
     return get_memory_config(device)
 
 

@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from . import _backends
 
-__all__ = ["get_supported_ops", "check_ops", "OpsReport", "OpUse", "privateuse1_route"]
+__all__ = ["get_supported_ops", "check_ops", "OpsReport", "OpUse", "privateuse1_route",
+           "SupportedOps", "OpSupport"]
 
 # Namespaces torch itself registers on every backend key (process-group ops
 # dispatch to the process group, they are not the backend's kernels).
@@ -29,17 +30,195 @@ def _short(qualified: str) -> str:
     return qualified[len("aten::"):] if qualified.startswith("aten::") else qualified
 
 
-def get_supported_ops(device: Any = None) -> list[str]:
+@dataclass
+class OpSupport:
+    """Whether (and how) a device runs an op without the CPU fallback."""
+    op: str
+    supported: bool
+    how: str       # native | composite | fallback | missing | unknown
+    detail: str = ""
+
+
+class SupportedOps(list):
+    """The sorted list of ops with a PrivateUse1 kernel (what get_supported_ops
+    always returned), whose `in` answers the Torch-FL article's question "does
+    the device run this op?":
+
+    * exact overloads, with or without namespace: 'add.Tensor', 'aten::add.Tensor',
+      'acme::fused_gelu';
+    * base names: 'aten::add' is in it when any overload of add is supported;
+    * composite ops (CompositeImplicitAutograd such as conv2d and batch_norm, or
+      CompositeExplicitAutograd kernels) count when their decomposition runs
+      without the fallback. That is decided by running the op once on small CPU
+      inputs built from its schema under the same dispatcher trace as check_ops
+      (the ops a backend key is asked for after decomposition), then looking each
+      reached op up in the PrivateUse1 dispatch table. An op whose schema gives no
+      runnable probe is reported 'unknown' and not counted.
+
+    `explain(op)` says why; results are cached per instance (forward only)."""
+
+    def __init__(self, names: list[str], device: str) -> None:
+        super().__init__(names)
+        self.device = device
+        self._registered = frozenset(names)
+        self._cache: dict[str, OpSupport] = {}
+
+    def __contains__(self, op: object) -> bool:
+        return isinstance(op, str) and self.explain(op).supported
+
+    def explain(self, op: str) -> OpSupport:
+        if op not in self._cache:
+            self._cache[op] = self._explain(op)
+        return self._cache[op]
+
+    def _explain(self, op: str) -> OpSupport:
+        import torch
+
+        namespace, _, rest = op.rpartition("::")
+        namespace = namespace or "aten"
+        short = rest if namespace == "aten" else f"{namespace}::{rest}"
+        if short in self._registered:
+            return OpSupport(op, True, "native", f"{self.device} has a kernel for {short}")
+        base, dot, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, namespace, None), base, None)
+        if packet is None or not hasattr(packet, "overloads"):
+            return OpSupport(op, False, "missing", f"no operator {namespace}::{base}")
+        overloads = packet.overloads()
+        if dot:
+            if overload not in overloads:
+                return OpSupport(op, False, "missing", f"{namespace}::{base} has no overload "
+                                 f"{overload!r} (overloads: {', '.join(overloads)})")
+            return self._overload(getattr(packet, overload), short)
+        # A base name: supported when any overload is (native ones first, cheap).
+        names = [(o, base if o == "default" else f"{base}.{o}") for o in overloads]
+        for o, name in names:
+            full = name if namespace == "aten" else f"{namespace}::{name}"
+            if full in self._registered:
+                return OpSupport(op, True, "native", f"{self.device} has a kernel for {full}")
+        results = [self._overload(getattr(packet, o), name) for o, name in names]
+        good = [r for r in results if r.supported]
+        if good:
+            return OpSupport(op, True, good[0].how, good[0].detail)
+        worst = next((r for r in results if r.how == "fallback"), results[0] if results else None)
+        if worst is None:
+            return OpSupport(op, False, "missing", f"{namespace}::{base} has no overloads")
+        return OpSupport(op, False, worst.how, worst.detail)
+
+    def _overload(self, func, name: str) -> OpSupport:
+        route = privateuse1_route(str(func._schema.name) + (
+            "." + func._schema.overload_name if func._schema.overload_name else ""))
+        if route == "native":
+            return OpSupport(name, True, "native", f"{self.device} has a kernel for {name}")
+        if route == "structured":
+            out = _out_overload(name)
+            if out and privateuse1_route(out) == "native":
+                return OpSupport(name, True, "native", f"{name} runs {self.device}'s {out} kernel")
+            return OpSupport(name, False, "fallback", f"{name}: {out or 'its out overload'} "
+                             "has no kernel")
+        if route == "fallback":
+            return OpSupport(name, False, "fallback", f"{name} runs on the CPU fallback")
+        if route == "missing":
+            return OpSupport(name, False, "missing", f"{name} has no PrivateUse1 kernel and no "
+                             "fallback")
+        return self._probe(func, name)
+
+    def _probe(self, func, name: str) -> OpSupport:
+        """Run the composite once on CPU probe inputs and check what it reaches."""
+        for args, kwargs in _probe_arguments(func._schema):
+            try:
+                report = check_ops(lambda *a: func(*a, **kwargs), tuple(args), self.device)
+            except Exception:
+                continue  # this probe does not fit the op's shape rules; try the next
+            bad = report.fallback + report.errors
+            reached = sorted(report.native + report.composite)
+            if bad:
+                return OpSupport(name, False, "fallback", f"{name} decomposes into ops that "
+                                 f"fall back to the CPU: {', '.join(sorted(bad))}")
+            return OpSupport(name, True, "composite", f"{name} decomposes into ops native on "
+                             f"{self.device}: {', '.join(reached) or 'none (views or aliases only)'}")
+        return OpSupport(name, False, "unknown", f"{name} is composite, but no probe input built "
+                         "from its schema runs on the CPU; use check_ops with real inputs")
+
+
+# Shapes tried for the probe's tensors, in order (4-D first: it fits conv,
+# pooling and batch norm; the same shape for every tensor argument fits
+# elementwise ops and e.g. conv2d's weight).
+_PROBE_SHAPES = ((2, 3, 4, 4), (3, 4), (4,))
+_MAX_PROBES_PER_SHAPE = 16
+
+
+def _probe_arguments(schema):
+    """Candidate (args, kwargs) for a schema: required tensors get a probe shape,
+    optional ones None then a tensor; non-tensor arguments keep their defaults,
+    required ones get a simple value (bools both ways)."""
+    import itertools
+
+    import torch
+
+    C = torch._C
+
+    def is_tensor(t) -> bool:
+        return isinstance(t, C.TensorType)
+
+    def choices(arg, shape):
+        t = arg.type
+        # index-like arguments need integers (embedding's indices, nll_loss's target)
+        integer = arg.name in ("indices", "index", "target", "offsets")
+        tensor = (lambda: torch.zeros(shape, dtype=torch.long)) if integer else \
+            (lambda: torch.randn(shape))
+        optional = isinstance(t, C.OptionalType)
+        inner = t.getElementType() if optional else t
+        if is_tensor(inner):
+            return [None, tensor()] if optional else [tensor()]
+        element = inner.getElementType() if isinstance(inner, C.ListType) else None
+        if isinstance(element, C.OptionalType):
+            element = element.getElementType()
+        if element is not None and is_tensor(element):
+            return [[tensor(), tensor()]]
+        if arg.has_default_value():
+            return [arg.default_value]
+        if optional:
+            return [None]
+        if isinstance(inner, C.BoolType):
+            return [False, True]
+        if isinstance(inner, (C.IntType, C.SymIntType)):
+            return [1, 0]
+        if isinstance(inner, (C.FloatType, C.NumberType)):
+            return [0.1, 1]
+        if isinstance(element, (C.IntType, C.SymIntType)):
+            return [[shape[-1]], [1], [1, 1]]  # e.g. normalized_shape, then sizes/dims
+        raise LookupError(str(t))
+
+    for shape in _PROBE_SHAPES:
+        positional, keyword = [], []
+        try:
+            for arg in schema.arguments:
+                (keyword if arg.kwarg_only else positional).append((arg.name,
+                                                                     choices(arg, shape)))
+        except LookupError:
+            return
+        combos = itertools.product(*[c for _, c in positional + keyword])
+        for combo in itertools.islice(combos, _MAX_PROBES_PER_SHAPE):
+            args = list(combo[:len(positional)])
+            kwargs = {n: v for (n, _), v in zip(keyword, combo[len(positional):])}
+            yield args, kwargs
+
+
+def get_supported_ops(device: Any = None) -> SupportedOps:
     """Ops with a kernel registered for the device's dispatch key (PrivateUse1),
     sorted; aten ops without the 'aten::' prefix, custom ops with their
     namespace ('acme::fused_gelu'). The CPU fallback is not a kernel and is not
-    listed; neither are torch's own c10d registrations."""
+    listed; neither are torch's own c10d registrations.
+
+    The result is a list; `"aten::conv2d" in ops` also accepts base names and
+    composite ops that run without the fallback (see SupportedOps)."""
     import torch
 
-    _backends.backend(device)  # load it: registrations happen at import of _C
+    dev = _backends.resolve_device(device)  # loads it: registrations happen at import of _C
     regs = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
-    return sorted(_short(r) for r in regs
-                  if r.split("::", 1)[0] not in _TORCH_OWNED_NAMESPACES)
+    names = sorted(_short(r) for r in regs
+                   if r.split("::", 1)[0] not in _TORCH_OWNED_NAMESPACES)
+    return SupportedOps(names, str(dev))
 
 
 def privateuse1_route(op: str) -> str:

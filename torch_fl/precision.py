@@ -19,14 +19,31 @@ from typing import Any, Callable
 from . import _backends
 
 __all__ = ["get_supported_precision", "set_auto_mixed_precision", "get_auto_mixed_precision",
-           "AutoMixedPrecision", "grad_scaler", "compare_precision", "TensorDiff",
-           "tensor_diff"]
+           "AutoMixedPrecision", "grad_scaler", "compare_precision", "PrecisionComparison",
+           "TensorDiff", "tensor_diff", "as_dtype"]
 
 
 def _dtype(name: str):
     import torch
 
     return getattr(torch, name)
+
+
+def as_dtype(value: Any):
+    """torch.float16, "float16" or "torch.float16" -> torch.float16; ValueError
+    naming the value otherwise."""
+    import torch
+
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        found = getattr(torch, value.removeprefix("torch."), None)
+        if isinstance(found, torch.dtype):
+            return found
+        raise ValueError(f"unknown dtype {value!r}; expected a torch dtype name such as "
+                         "'float16' or 'bfloat16'")
+    raise TypeError(f"dtype must be a torch.dtype or its name, got {type(value).__name__} "
+                    f"{value!r}")
 
 
 def get_supported_precision(device: Any = None) -> dict[str, Any]:
@@ -109,7 +126,8 @@ class AutoMixedPrecision:
 def set_auto_mixed_precision(enabled: bool = True, dtype=None, device: Any = None) -> AutoMixedPrecision:
     """Turn autocast on (or off) for the backend's device type on this thread.
 
-    `dtype` defaults to the device's first AMP dtype (descriptor `amp_dtypes`);
+    `dtype` (a torch.dtype or its name, "float16") defaults to the device's
+    first AMP dtype (descriptor `amp_dtypes`);
     a dtype the device does not list raises ValueError (torch.autocast would only
     warn and silently disable itself). Returns an AutoMixedPrecision that also
     works as a context manager:
@@ -124,9 +142,12 @@ def set_auto_mixed_precision(enabled: bool = True, dtype=None, device: Any = Non
         if enabled and not amp:
             raise ValueError(f"{mod.NAME} lists no AMP dtypes (device.yaml amp_dtypes)")
         dtype = amp[0] if amp else _dtype("bfloat16")
-    elif enabled and dtype not in amp:
-        raise ValueError(f"{mod.NAME} does not support autocast to {dtype}; supported: "
-                         + (", ".join(str(d) for d in amp) or "none"))
+    else:
+        dtype = as_dtype(dtype)
+        if enabled and dtype not in amp:
+            raise ValueError(f"{mod.NAME} does not support autocast to {dtype}; supported: "
+                             + (", ".join(str(d) for d in amp) or "none")
+                             + " (device.yaml amp_dtypes)")
     stack = _stack()
     if stack and not stack[-1]._scoped:  # replace the previous global switch
         stack.pop()._exit()
@@ -230,14 +251,71 @@ def _to(value, device):
     return tree_map(move, value)
 
 
+class PrecisionComparison(tuple):
+    """Result of compare_precision: unpacks as the Torch-FL article's pair
+
+        max_diff, rel_diff = compare_precision(conv, x)
+
+    (the worst max |a - b| and max relative difference over all outputs) and
+    keeps the full report: `.diffs` (one TensorDiff per output), `.ok`,
+    `.cosine`, `.device_a`, `.device_b`."""
+
+    def __new__(cls, diffs: list[TensorDiff], device_a: str, device_b: str):
+        max_diff = max((d.max_abs for d in diffs), default=0.0)
+        rel_diff = max((d.max_rel for d in diffs), default=0.0)
+        self = super().__new__(cls, (max_diff, rel_diff))
+        self.diffs, self.device_a, self.device_b = diffs, device_a, device_b
+        return self
+
+    @property
+    def max_diff(self) -> float:
+        return self[0]
+
+    @property
+    def rel_diff(self) -> float:
+        return self[1]
+
+    @property
+    def ok(self) -> bool:
+        """Every output within its tolerance (see compare_precision)."""
+        return all(d.ok for d in self.diffs)
+
+    @property
+    def cosine(self) -> float:
+        return min((d.cosine for d in self.diffs), default=1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device_a": self.device_a, "device_b": self.device_b, "max_diff": self[0],
+                "rel_diff": self[1], "ok": self.ok, "diffs": [d.to_dict() for d in self.diffs]}
+
+    def __repr__(self) -> str:
+        return (f"PrecisionComparison(max_diff={self[0]:.3g}, rel_diff={self[1]:.3g}, "
+                f"ok={self.ok}, outputs={len(self.diffs)}, {self.device_b} vs {self.device_a})")
+
+
+def _on(fn: Callable, device):
+    """fn itself, or for a module a copy of it on `device` (same weights)."""
+    import copy
+
+    import torch
+
+    if isinstance(fn, torch.nn.Module):
+        return copy.deepcopy(fn).to(device)
+    return fn
+
+
 def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b: Any = None,
-                      atol: float | None = None, rtol: float | None = None) -> list[TensorDiff]:
-    """Run fn(*inputs) on device_a and on device_b (inputs copied to each) and
-    compare every tensor output: one TensorDiff per output (flattened in pytree
-    order), with device_a as the reference. device_b defaults to the first
-    non-CPU device. atol/rtol default per output dtype to the conformance
-    tolerances (float32: 1e-5 / 1.3e-6, bfloat16: 1e-2 / 1.6e-2, ...; exact
-    for integers)."""
+                      atol: float | None = None, rtol: float | None = None
+                      ) -> PrecisionComparison:
+    """Run fn(*inputs) on device_a and on device_b (inputs copied to each; a
+    module `fn` is copied to each device too, the original is not touched) and
+    compare every tensor output, with device_a as the reference. device_b
+    defaults to the first backend device ("acme:0"). atol/rtol default per
+    output dtype to the conformance tolerances (float32: 1e-5 / 1.3e-6,
+    bfloat16: 1e-2 / 1.6e-2, ...; exact for integers).
+
+    Returns a PrecisionComparison: unpacks as (max_diff, rel_diff); `.diffs`
+    has one TensorDiff per output (flattened in pytree order)."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -245,8 +323,13 @@ def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b
     dev_b = _backends.resolve_device(device_b if device_b is not None
                                      else _backends.first_device())
     args = inputs if isinstance(inputs, tuple) else (inputs,)
-    out_a = [t for t in tree_leaves(fn(*_to(args, dev_a))) if isinstance(t, torch.Tensor)]
-    out_b = [t for t in tree_leaves(fn(*_to(args, dev_b))) if isinstance(t, torch.Tensor)]
+    # Same seed before each run: ops drawing random numbers on the CPU agree.
+    torch.manual_seed(0)
+    out_a = [t for t in tree_leaves(_on(fn, dev_a)(*_to(args, dev_a)))
+             if isinstance(t, torch.Tensor)]
+    torch.manual_seed(0)
+    out_b = [t for t in tree_leaves(_on(fn, dev_b)(*_to(args, dev_b)))
+             if isinstance(t, torch.Tensor)]
     if len(out_a) != len(out_b):
         raise RuntimeError(f"fn returned {len(out_a)} tensors on {dev_a} but {len(out_b)} on {dev_b}")
     from .testing.conformance import default_tolerance
@@ -256,4 +339,4 @@ def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b
         d_atol, d_rtol = default_tolerance(b.dtype)
         diffs.append(tensor_diff(a, b, d_atol if atol is None else atol,
                                  d_rtol if rtol is None else rtol))
-    return diffs
+    return PrecisionComparison(diffs, str(dev_a), str(dev_b))

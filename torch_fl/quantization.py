@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -54,6 +55,13 @@ __all__ = [
     "mixed_plan",
     "supported",
 ]
+
+# The article's threshold: more accuracy drop than this -> mixed quantization.
+MIXED_ADVICE_DROP = 0.01
+
+# The last calibration of each model, so evaluate(model, loader) can find it
+# (the article's calibrate(...); evaluate(...) sequence keeps no handle).
+_last_calibration: "weakref.WeakKeyDictionary[nn.Module, Calibration]" = weakref.WeakKeyDictionary()
 
 # Layers whose weight and input are quantized.
 QUANTIZABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -207,6 +215,30 @@ class QuantReport:
     def most_sensitive(self, n: int | None = None) -> list[str]:
         order = sorted(self.sensitivity, key=lambda k: self.sensitivity[k], reverse=True)
         return order if n is None else order[:n]
+
+    @property
+    def needs_mixed(self) -> bool:
+        """The Torch-FL article's rule: an accuracy drop above 1 % (absolute) calls
+        for mixed quantization. Only defined for the accuracy metric (else False)."""
+        return self.metric == "accuracy" and self.drop > MIXED_ADVICE_DROP
+
+    @property
+    def advice(self) -> str:
+        if self.metric != "accuracy":
+            return (f"{self.metric} {self.quant_score:.4g} quantized vs {self.float_score:.4g} "
+                    f"float (the 1 % rule needs labels: pass (inputs, targets) batches)")
+        head = (f"accuracy {self.quant_score:.2%} quantized vs {self.float_score:.2%} float: "
+                f"drop {self.drop:.2%}")
+        if not self.needs_mixed:
+            return head + f" (<= {MIXED_ADVICE_DROP:.0%}): full int8 is fine"
+        worst = self.most_sensitive(3)
+        hint = (f"; most sensitive layers: {', '.join(worst)}; try "
+                f"mixed_plan(report, budget={len(worst)})") if worst else ""
+        return head + f" (> {MIXED_ADVICE_DROP:.0%}): use mixed quantization, keep the most " \
+            "sensitive layers in float" + hint
+
+    def __str__(self) -> str:
+        return self.advice
 
 
 # ------------------------------------------------------------------ fake quant
@@ -451,6 +483,7 @@ def calibrate(model: nn.Module, data: Any, device: str | torch.device,
             input_scale=float(a_scale), input_zero_point=int(a_zp),
             quant_min=int(w_obs.quant_min), quant_max=int(w_obs.quant_max),
         )
+    _last_calibration[model] = result
     return result
 
 
@@ -486,11 +519,19 @@ def _output_error(reference: list[torch.Tensor], outputs: list[torch.Tensor]) ->
     return math.sqrt(num / den) if den > 0 else math.sqrt(num)
 
 
-def evaluate(model: nn.Module, calibration: Calibration, data: Any, labels: Any = None, *,
+def evaluate(model: nn.Module, calibration: Calibration | Any, data: Any = None,
+             labels: Any = None, *,
              metric: Metric | str | None = None, plan: Iterable[str] | MixedPlan | None = None,
              device: str | torch.device | None = None,
              sensitivity: bool = True) -> QuantReport:
     """Score of the float and the fake-quantized model, the drop, per-layer sensitivity.
+
+    Two call forms:
+    * `evaluate(model, test_loader, device="acme:0")` (the Torch-FL article's):
+      uses the model's last `calibrate` result; the loader yields
+      (inputs, targets) batches, so the score is accuracy, and `report.advice`
+      applies the article's rule (more than 1 % drop -> mixed quantization).
+    * `evaluate(model, calibration, data, labels)`.
 
     * `metric`: "accuracy" (default when labels are given or batches are
       (inputs, labels)), "output_error" (default otherwise: relative L2 error of
@@ -501,6 +542,17 @@ def evaluate(model: nn.Module, calibration: Calibration, data: Any, labels: Any 
     * `device`: where to run; default the calibration's device type (index 0 /
       current device).
     """
+    if not isinstance(calibration, Calibration):
+        if data is not None:
+            raise TypeError("evaluate(model, calibration, data): the second argument must be a "
+                            f"Calibration from calibrate(), got {type(calibration).__name__}")
+        data, calibration = calibration, _last_calibration.get(model)
+        if calibration is None:
+            raise ValueError("evaluate(model, data): this model was never calibrated; call "
+                             "quant.calibrate(model, calib_data, device=...) first, or pass "
+                             "the Calibration: evaluate(model, calibration, data)")
+    if data is None:
+        raise TypeError("evaluate: no data given (a loader or batches of (inputs, targets))")
     dev = torch.device(device) if device is not None else torch.device(calibration.device)
     batches = _batches(data)
     if not batches:

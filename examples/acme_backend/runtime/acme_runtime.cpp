@@ -483,6 +483,8 @@ struct Runtime {
   std::mutex init_mu;
   Faults faults;
   Stats stats;
+  // Injected device loss (option "device_lost"): bit i set = device i is gone.
+  std::atomic<uint64_t> lost{0};
 
   void set_all_access(bool o) {
     for (auto& a : arenas) a->set_access(o);
@@ -527,6 +529,19 @@ acmeError_t check_device(int d) {
     return fail(acmeErrorInvalidDevice,
                 "acme: invalid device index %d: acme has %d device(s) (valid: 0..%d)", d, n,
                 n - 1);
+  return acmeSuccess;
+}
+
+// check_device, plus: the device has not been lost (injected device loss).
+// Only calls that need the device working check this; frees, destroys and
+// queries keep working so a program can clean up after losing a device.
+acmeError_t check_alive(int d) {
+  if (auto e = check_device(d)) return e;
+  if (rt().lost.load() & (uint64_t{1} << d))
+    return fail(acmeErrorRuntime,
+                "acme: device %d was lost (device_lost fault injected); its memory and queued "
+                "work are gone: restart the process",
+                d);
   return acmeSuccess;
 }
 
@@ -731,12 +746,26 @@ acmeError_t apply_option(const char* key, const char* value, const char* source)
     for (auto& a : r.arenas) a->reset_peak();
     return acmeSuccess;
   }
-  if (k == "device_count" || k == "capacity" || k == "alignment")
+  if (k == "device_lost") {
+    if (std::string(value) == "none") {
+      r.lost = 0;
+      return acmeSuccess;
+    }
+    uint64_t v;
+    if (!parse_u64(value, &v) || v >= static_cast<uint64_t>(r.count.load()))
+      return fail(acmeErrorInvalidValue,
+                  "acme: %s: device_lost must be a device index 0..%d or 'none', got '%s'",
+                  source, r.count.load() - 1, value);
+    r.lost.fetch_or(uint64_t{1} << v);
+    return acmeSuccess;
+  }
+  if (k == "device_count" || k == "capacity" || k == "alignment" || k == "runtime_version" ||
+      k == "driver_version" || k == "built_driver_version")
     return fail(acmeErrorInvalidValue,
                 "acme: option '%s' is read-only (set it through the device config / init)", key);
   return fail(acmeErrorInvalidValue,
               "acme: unknown option '%s' (settable: protect, fault_malloc, fault_memcpy, "
-              "fault_seed, stats)",
+              "fault_seed, stats, device_lost)",
               key);
 }
 
@@ -781,6 +810,58 @@ std::string stats_json() {
   return j;
 }
 
+// ---- the environment a real driver stack can get wrong -------------------------
+// The three ways a device stack typically fails to start, each simulated by
+// ACME_SIMULATE_INIT_FAILURE (version_mismatch | library_path | device_busy);
+// a real installed-driver mismatch is simulated by ACME_DRIVER_VERSION.
+// Every message starts with the cause so callers can tell them apart.
+
+std::string installed_driver_version() {
+  const char* v = std::getenv("ACME_DRIVER_VERSION");
+  return (v && *v) ? std::string(v) : std::string(ACME_DRIVER_VERSION);
+}
+
+std::string major_of(const std::string& version) {
+  return version.substr(0, version.find('.'));
+}
+
+acmeError_t version_mismatch(const std::string& installed, const char* how) {
+  return fail(acmeErrorRuntime,
+              "acme: init: driver/runtime version mismatch: the installed acme driver is %s, "
+              "but this runtime (%s) was built and tested with driver %s (major versions must "
+              "match); install acme driver %s or a torch-fl-acme wheel built for driver %s%s",
+              installed.c_str(), ACME_RUNTIME_VERSION, ACME_DRIVER_VERSION, ACME_DRIVER_VERSION,
+              installed.c_str(), how);
+}
+
+acmeError_t check_environment() {
+  const char* sim = std::getenv("ACME_SIMULATE_INIT_FAILURE");
+  const std::string what = sim ? sim : "";
+  const char* how = " [simulated by ACME_SIMULATE_INIT_FAILURE]";
+  if (what == "version_mismatch") return version_mismatch("99.0.0", how);
+  if (what == "library_path")
+    return fail(acmeErrorRuntime,
+                "acme: init: runtime library path not configured: libacme_driver.so.%s was "
+                "not found in $ACME_HOME/lib or on LD_LIBRARY_PATH; set ACME_HOME to the "
+                "driver's install prefix or add its lib directory to LD_LIBRARY_PATH%s",
+                major_of(ACME_DRIVER_VERSION).c_str(), how);
+  if (what == "device_busy")
+    return fail(acmeErrorRuntime,
+                "acme: init: device held by another process: acme device 0 is opened "
+                "exclusively by pid %d; stop that process (or wait for it) before starting "
+                "this one%s",
+                static_cast<int>(getppid()), how);
+  if (!what.empty() && what != "none")
+    return fail(acmeErrorInvalidValue,
+                "acme: init: ACME_SIMULATE_INIT_FAILURE='%s' is not one of version_mismatch, "
+                "library_path, device_busy, none",
+                what.c_str());
+  const std::string installed = installed_driver_version();
+  if (major_of(installed) != major_of(ACME_DRIVER_VERSION))
+    return version_mismatch(installed, " [installed version from ACME_DRIVER_VERSION]");
+  return acmeSuccess;
+}
+
 // Reads an env var as an option; unset leaves the current value.
 acmeError_t env_option(const char* env, const char* key) {
   const char* v = std::getenv(env);
@@ -798,6 +879,7 @@ extern "C" {
 acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
   Runtime& r = rt();
   std::lock_guard<std::mutex> init_lk(r.init_mu);
+  if (auto e = check_environment()) return e;
   if (device_count < 1)
     return fail(acmeErrorInvalidValue, "acme: init: device_count must be >= 1, got %d",
                 device_count);
@@ -848,6 +930,7 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
     std::lock_guard<std::mutex> lk2(r.reg_mu);
     r.orphan_errors.assign(device_count, std::string());
   }
+  r.lost = 0;  // a fresh start has every device back
   arenas.clear();  // the old ones (unmapped; they were idle)
   return acmeSuccess;
 }
@@ -861,7 +944,7 @@ acmeError_t acmeGetDeviceCount(int* count) {
 acmeError_t acmeMalloc(int device, void** ptr, size_t bytes) {
   if (!ptr) return fail(acmeErrorInvalidValue, "acme: malloc: null output pointer");
   *ptr = nullptr;
-  if (auto e = check_device(device)) return e;
+  if (auto e = check_alive(device)) return e;
   Runtime& r = rt();
   if (bytes == 0) return acmeSuccess;
   if (uint64_t i = r.faults.hit(0)) {
@@ -912,7 +995,7 @@ acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpy
                             int device, acmeStream_t stream) {
   // A host-to-host copy names no device; accept any index there.
   if (kind != acmeMemcpyHostToHost || stream) {
-    if (auto e = check_device(device)) return e;
+    if (auto e = check_alive(device)) return e;
   } else if (rt().count.load() == 0) {
     return check_device(device);
   }
@@ -939,8 +1022,8 @@ acmeError_t acmeMemcpy(void* dst, const void* src, size_t bytes, acmeMemcpyKind 
 
 acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
                            size_t bytes) {
-  if (auto e = check_device(dst_device)) return e;
-  if (auto e = check_device(src_device)) return e;
+  if (auto e = check_alive(dst_device)) return e;
+  if (auto e = check_alive(src_device)) return e;
   if (bytes == 0) return acmeSuccess;
   if (auto e = check_side(dst, bytes, dst_device, "destination", acmeMemcpyDeviceToDevice))
     return e;
@@ -1001,7 +1084,7 @@ acmeError_t acmeStreamDestroy(int device, acmeStream_t stream) {
 }
 
 acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
-  if (auto e = check_device(device)) return e;
+  if (auto e = check_alive(device)) return e;
   if (!stream) return acmeSuccess;  // default stream work already ran inline
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
@@ -1150,7 +1233,7 @@ acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end) 
 }
 
 acmeError_t acmeDeviceSynchronize(int device) {
-  if (auto e = check_device(device)) return e;
+  if (auto e = check_alive(device)) return e;
   Runtime& r = rt();
   std::vector<std::shared_ptr<acmeStream_st>> mine;
   std::string err;
@@ -1223,10 +1306,21 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
     v = std::to_string(r.count.load() ? r.arenas[0]->capacity() : 0);
   } else if (k == "alignment") {
     v = std::to_string(r.count.load() ? r.alignment : 0);
+  } else if (k == "runtime_version") {
+    v = ACME_RUNTIME_VERSION;
+  } else if (k == "built_driver_version") {
+    v = ACME_DRIVER_VERSION;
+  } else if (k == "driver_version") {
+    v = installed_driver_version();
+  } else if (k == "device_lost") {
+    const uint64_t lost = r.lost.load();
+    for (int i = 0; i < 64; ++i)
+      if (lost & (uint64_t{1} << i)) v += (v.empty() ? "" : ",") + std::to_string(i);
   } else {
     return fail(acmeErrorInvalidValue,
                 "acme: unknown option '%s' (known: protect, fault_malloc, fault_memcpy, "
-                "fault_seed, stats, device_count, capacity, alignment)",
+                "fault_seed, stats, device_lost, device_count, capacity, alignment, "
+                "runtime_version, driver_version, built_driver_version)",
                 key);
   }
   if (needed) *needed = v.size();
@@ -1256,7 +1350,7 @@ const char* acmeGetErrorName(acmeError_t error) {
 }  // extern "C"
 
 acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn) {
-  if (auto e = check_device(device)) return e;
+  if (auto e = check_alive(device)) return e;
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
   Runtime& r = rt();
   if (!stream) {

@@ -32,6 +32,14 @@
 #include <cstdint>
 #include <functional>
 
+// Version of this runtime, and of the acme driver it is built and tested with
+// (like CUDART_VERSION). Compiled into whatever links the runtime, so a backend
+// reports at run time what it was built with (get_option "runtime_version",
+// "built_driver_version"; the installed driver is "driver_version").
+// acmeInit refuses an installed driver of another major version.
+#define ACME_RUNTIME_VERSION "1.4.0"
+#define ACME_DRIVER_VERSION "1.4.0"
+
 // C linkage for everything C can express; acmeLaunch (std::function) and the
 // adapter-side launch below are C++.
 extern "C" {
@@ -60,7 +68,10 @@ typedef struct acmeEvent_st* acmeEvent_t;
 // (Re)initialize with `device_count` devices of `capacity` bytes each;
 // `alignment` (a power of two) applies to every allocation's address and
 // size. Also reads ACME_PROTECT, ACME_FAULT_MALLOC, ACME_FAULT_MEMCPY and
-// ACME_FAULT_SEED. Re-init is allowed only while no allocation, stream or
+// ACME_FAULT_SEED, ACME_DRIVER_VERSION (simulated installed driver; default
+// ACME_DRIVER_VERSION) and ACME_SIMULATE_INIT_FAILURE (version_mismatch |
+// library_path | device_busy: init fails with that cause, message starting
+// "acme: init: <cause>:"). Re-init is allowed only while no allocation, stream or
 // event is alive; it must not race with other calls.
 acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment);
 // 0 before acmeInit.
@@ -138,9 +149,13 @@ acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream,
 // ---- options ---------------------------------------------------------------
 // keys: "protect" ("0"/"1"), "fault_malloc", "fault_memcpy" (rate in [0,1];
 // setting it restarts that fault sequence), "fault_seed" (unsigned; restarts
-// both sequences), "stats" (set "reset" to zero the counters).
+// both sequences), "stats" (set "reset" to zero the counters), "device_lost"
+// (a device index: from then on malloc, copies, launches and synchronizes on
+// it fail with "device N was lost"; frees and destroys still work; "none"
+// brings every device back; init clears it).
 acmeError_t acmeSetOption(const char* key, const char* value);
-// keys: the above plus "device_count", "capacity", "alignment". Writes a
+// keys: the above plus "device_count", "capacity", "alignment",
+// "runtime_version", "driver_version", "built_driver_version". Writes a
 // NUL-terminated value into buf (truncated to buflen) and the full length
 // (without NUL) into *needed if non-null. "stats" is a JSON object.
 acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* needed);

@@ -979,6 +979,49 @@ void test_benchmarks() {
   CHECK(h2d > 0.2 && d2h > 0.2);
 }
 
+void test_device_loss_and_versions() {
+  CHECK(rtm::get_option("runtime_version") == ACME_RUNTIME_VERSION);
+  CHECK(rtm::get_option("built_driver_version") == ACME_DRIVER_VERSION);
+  CHECK(rtm::get_option("driver_version") == ACME_DRIVER_VERSION);  // env unset: as built
+  CHECK_ST(rtm::set_option("driver_version", "9"), Status::InvalidValue);
+  void* p = nullptr;
+  CHECK_OK(rtm::malloc(1, 256, &p));
+  char buf[256] = {};
+  CHECK_OK(rtm::set_option("device_lost", "1"));
+  CHECK(rtm::get_option("device_lost") == "1");
+  CHECK_ST(rtm::memcpy(p, buf, 256, CopyKind::HostToDevice, 1, nullptr), Status::Error);
+  CHECK(contains(last(), "device 1 was lost"));
+  void* q = nullptr;
+  CHECK_ST(rtm::malloc(1, 256, &q), Status::Error);
+  CHECK_ST(rtm::device_synchronize(1), Status::Error);
+  CHECK_OK(rtm::malloc(0, 256, &q));  // the other device is fine
+  CHECK_OK(rtm::free(0, q));
+  CHECK_OK(rtm::free(1, p));          // cleanup works on a lost device
+  CHECK_ST(rtm::set_option("device_lost", "7"), Status::InvalidValue);
+  CHECK(contains(last(), "device_lost must be a device index"));
+  CHECK_OK(rtm::set_option("device_lost", "none"));
+  CHECK(rtm::get_option("device_lost").empty());
+  CHECK_OK(rtm::malloc(1, 256, &p));
+  CHECK_OK(rtm::free(1, p));
+  // Simulated start failures name their cause; a failed init changes nothing.
+  for (auto [what, cause] : {std::pair{"version_mismatch", "driver/runtime version mismatch"},
+                             std::pair{"library_path", "runtime library path not configured"},
+                             std::pair{"device_busy", "device held by another process"}}) {
+    setenv("ACME_SIMULATE_INIT_FAILURE", what, 1);
+    rtm::DeviceConfig cfg{kDevices, kCap, kAlign};
+    CHECK_ST(rtm::init(cfg), Status::Error);
+    CHECK(contains(last(), std::string("acme: init: ") + cause));
+  }
+  unsetenv("ACME_SIMULATE_INIT_FAILURE");
+  setenv("ACME_DRIVER_VERSION", "2.0.0", 1);
+  rtm::DeviceConfig cfg{kDevices, kCap, kAlign};
+  CHECK_ST(rtm::init(cfg), Status::Error);
+  CHECK(contains(last(), "installed acme driver is 2.0.0"));
+  unsetenv("ACME_DRIVER_VERSION");
+  CHECK(rtm::device_count() == kDevices);
+  init_default();
+}
+
 struct Test {
   const char* name;
   void (*fn)();
@@ -1004,6 +1047,7 @@ int main(int argc, char** argv) {
       {"fork_child_streams", test_fork_child_streams},
       {"fault_injection", test_fault_injection},
       {"options_and_stats", test_options_and_stats},
+      {"device_loss_and_versions", test_device_loss_and_versions},
       {"last_error_is_thread_local", test_last_error_is_thread_local},
       {"multithread_stress", test_multithread_stress},
       {"benchmarks", test_benchmarks},
