@@ -84,7 +84,8 @@ def cmd_check(args) -> int:
 def op_statuses(root: Path) -> list[dict]:
     """Every op the backend sees: native, stub, missing (no kernel file yet),
     fallback (not selected), or glue (implemented by the generated glue)."""
-    from flsdk.codegen.context import GLUE_OPS, kernel_name
+    from flsdk.codegen.context import kernel_name
+    from flsdk.codegen.glue import GLUE_OPS
     from flsdk.codegen.kernel_scan import scan_kernels
     from flsdk.spec import load_backend
 

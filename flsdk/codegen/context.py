@@ -16,7 +16,8 @@ from flsdk import __version__ as FLSDK_VERSION
 from flsdk.spec.model import Backend, OpSpec
 
 from . import signatures
-from .kernel_scan import KernelScan
+from .glue import GLUE_KERNELS, GLUE_OPS
+from .kernel_scan import STUB_MARKER, KernelScan
 
 # torch dtype name -> c10::ScalarType enumerator.
 SCALAR_TYPES = {
@@ -32,18 +33,24 @@ AUTOCAST_ENTRY_POINT = {
     "convolution_backward_overrideable": None,  # backward ops are never autocast
 }
 
-GLUE_SOURCES = [
-    "runtime_init.cpp", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
-    "fallback.cpp", "register_kernels.cpp", "autocast.cpp", "python_module.cpp",
-]
-
-# Ops the generated glue implements itself (minimal_ops.cpp); never vendor kernels.
-GLUE_OPS = (
-    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",
-    "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
-    "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
-    "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice", "_has_compatible_shallow_copy_type",
+# The generated C++ files, each rendered from templates/cpp/<name>.j2 into
+# generated/<name>; the .cpp files among them are the glue sources the build compiles.
+GENERATED_CPP = (
+    "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
+    "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "fallback.h", "fallback.cpp",
+    "kernels.h", "register_kernels.cpp", "autocast.cpp", "python_module.cpp",
 )
+GLUE_SOURCES = [name for name in GENERATED_CPP if name.endswith(".cpp")]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One generated file: the template rendered, where it goes, and what it
+    needs beyond BackendContext.values."""
+
+    template: str
+    path: str
+    extra: dict
 
 
 @dataclass
@@ -152,6 +159,7 @@ class BackendContext:
     kernel_sigs: list[signatures.KernelSignature]
     registered_ops: list[str]
     skipped_variants: list[str]
+    outputs: list[Output]
 
 
 def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
@@ -207,7 +215,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "memory_capacity": d.memory_capacity,
         "memory_capacity_env": d.memory_capacity_env,
         "memory_alignment": d.memory_alignment,
-        "allocator_env": d.allocator.get("env", f"{d.name.upper()}_ALLOC_CONF"),
+        "allocator_env": d.allocator["env"],
         "allocator_defaults": _allocator_defaults(d.allocator),
         "fallback_warn_env": d.fallback.warn_env,
         "fallback_enabled": "true" if d.fallback.mode == "allow" else "false",
@@ -224,21 +232,66 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast,
         "glue_sources": GLUE_SOURCES,
+        "glue_kernels": list(GLUE_KERNELS.items()),
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(registered, width=100),
     }
+    custom_schemas = [spec.schema for spec in custom_ops]
+    extra = {
+        "kernels.h": {"kernels": kernel_sigs},
+        "register_kernels.cpp": {"wrappers": wrappers, "custom_wrappers": custom_wrappers,
+                                 "custom_schemas": custom_schemas},
+    }
+    outputs = [Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {})) for name in GENERATED_CPP]
+    outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
+    package = values["package"]
+    for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
+        outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
+    cases, skipped_cases = conformance_cases(backend, registered)
+    outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
+                          {"cases_py": pprint.pformat(cases, width=100),
+                           "skipped_py": pprint.pformat(skipped_cases, width=100)}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
-                          custom_schemas=[spec.schema for spec in custom_ops],
+                          custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,
-                          skipped_variants=skipped)
+                          skipped_variants=skipped, outputs=outputs)
+
+
+def conformance_cases(backend: Backend, registered: list[str]):
+    """(op, sample, dtype, atol, rtol) for every registered op x sample x dtype the
+    device supports, and {op: reason} for registered ops that are not compared."""
+    cases, skipped = [], {}
+    registered_set = set(registered)
+    for spec in backend.ops:
+        if spec.op not in registered_set:
+            continue
+        if spec.is_custom:
+            skipped[spec.op] = "custom op: no CPU reference kernel to compare with"
+            continue
+        if spec.skip_conformance:
+            skipped[spec.op] = spec.skip_conformance
+            continue
+        for dtype in backend.dtypes_for(spec):
+            tol = spec.tolerances[dtype]
+            for sample in spec.samples:
+                cases.append((spec.op, sample, dtype, tol.atol, tol.rtol))
+    return cases, skipped
+
+
+def stub_values(backend: Backend, spec: OpSpec) -> dict:
+    """What templates/kernels/kernel_stub.cpp.j2 prints for a new kernel stub."""
+    sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
+           else signatures.signature_of(spec.op))
+    return {"ns": backend.name, "op": spec.op, "kernel": sig.kernel, "schema": sig.schema,
+            "defn": sig.defn, "stub_marker": STUB_MARKER}
 
 
 def _allocator_defaults(allocator: dict) -> str:
     """device.yaml allocator defaults in the allocator's key:value syntax."""
-    parts = [f"round_size:{allocator.get('round_size', 512)}"]
-    max_split = allocator.get("max_split_size")
+    parts = [f"round_size:{allocator['round_size']}"]
+    max_split = allocator["max_split_size"]
     parts.append("max_split_size_mb:unlimited" if max_split is None
                  else f"max_split_size_mb:{max_split / (1 << 20):g}")
-    parts.append(f"garbage_collection_threshold:{allocator.get('garbage_collection_threshold', 0.0):g}")
+    parts.append(f"garbage_collection_threshold:{allocator['garbage_collection_threshold']:g}")
     return ",".join(parts)
