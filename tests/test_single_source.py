@@ -159,3 +159,21 @@ def test_spec_package_never_imports_codegen():
                 names = [a.name for a in node.names]
             for name in names:
                 assert "codegen" not in name, f"{path.name} imports {name}"
+
+
+# --- the --run-slow option ------------------------------------------------------------
+
+def test_run_slow_is_defined_once_by_the_plugin():
+    import subprocess
+    import sys
+
+    conftests = [p for top in ("tests", "examples", "cookiecutter-backend") for p in (REPO / top).rglob("conftest.py")]
+    assert ACME / "tests" / "conftest.py" in conftests
+    for path in conftests:
+        assert "--run-slow" not in path.read_text(), f"{path} defines --run-slow again"
+    # pytest on either directory alone (from its own directory) offers the option
+    for where in (REPO / "tests", ACME / "tests"):
+        out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"],
+                             cwd=where, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.count("--run-slow") == 1, where

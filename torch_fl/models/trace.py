@@ -56,8 +56,11 @@ SDPA_OVERRIDEABLE = (
 
 
 def op_name(func: torch._ops.OpOverload) -> str:
-    """`aten::add.Tensor` -> `add.Tensor`; the empty overload gives `relu`."""
-    name = func._schema.name.split("::", 1)[1]
+    """`aten::add.Tensor` -> `add.Tensor`; the empty overload gives `relu`. Other
+    namespaces stay (`acme::fused_gelu`), as the dispatcher and the fallback log name them."""
+    namespace, name = func._schema.name.split("::", 1)
+    if namespace != "aten":
+        name = f"{namespace}::{name}"
     return name + ("." + func._schema.overload_name if func._schema.overload_name else "")
 
 
