@@ -39,7 +39,7 @@ def cmd_gen(args) -> int:
                       force=args.force)
     r = result.report
     verb = "would write" if (args.check or args.dry_run) else "wrote"
-    for label, items in (("created", r.created), ("updated", r.updated)):
+    for label, items in (("created", r.created), ("updated", r.updated), ("removed", r.removed)):
         for item in items:
             print(f"  {label:9} {item}")
     for item in result.stubs_created:
@@ -63,7 +63,7 @@ def cmd_gen(args) -> int:
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
     if r.conflicts:
         return 1
-    if args.check and (r.created or r.updated or result.stubs_created):
+    if args.check and (r.created or r.updated or r.removed or result.stubs_created):
         print("flsdk gen --check: generated files are stale; run `flsdk gen`", file=sys.stderr)
         return 1
     return 0

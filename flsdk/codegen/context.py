@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pprint
 import re
+import zlib
 from dataclasses import dataclass
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
@@ -34,13 +35,25 @@ AUTOCAST_ENTRY_POINT = {
 }
 
 # The generated C++ files, each rendered from templates/cpp/<name>.j2 into
-# generated/<name>; the .cpp files among them are the glue sources the build compiles.
+# generated/<name>, plus the REGISTER_SHARDS registration shards; the .cpp files
+# among them are the glue sources the build compiles.
 GENERATED_CPP = (
     "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
     "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "fallback.h", "fallback.cpp",
-    "kernels.h", "register_kernels.cpp", "autocast.cpp", "python_module.cpp",
+    "kernels.h", "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
+    "autocast.cpp", "python_module.cpp",
 )
-GLUE_SOURCES = [name for name in GENERATED_CPP if name.endswith(".cpp")]
+
+# The kernel registrations are split over this many translation units, as torchgen
+# shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
+# new kernel. An op's shard is a stable hash of its name (register_shard), so adding
+# an op rewrites one shard and the others stay byte-identical.
+REGISTER_SHARDS = 8
+
+
+def register_shard(op: str) -> int:
+    """The generated/register_kernels_<i>.cpp that registers `op` and its variants."""
+    return zlib.crc32(op.encode()) % REGISTER_SHARDS
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class Wrapper:
     decl: str
     checks: list[str]
     body: list[str]
+    kernel: signatures.KernelSignature  # the vendor kernel it calls
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -107,10 +121,12 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema) -
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
         checks=_device_checks(func),
         body=[f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"],
+        kernel=sig,
     )
 
 
-def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction) -> Wrapper | None:
+def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction,
+                     sig: signatures.KernelSignature) -> Wrapper | None:
     """In-place / out= wrapper computing with the functional kernel, then copying."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
@@ -140,7 +156,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
-        checks=_device_checks(f_variant.func), body=body,
+        checks=_device_checks(f_variant.func), body=body, kernel=sig,
     )
 
 
@@ -189,7 +205,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             if variant in GLUE_OPS:
                 skipped.append(f"{variant}: the generated glue implements it")
                 continue
-            wrapper = _variant_wrapper(kind, functions[variant], f) if variant else None
+            wrapper = _variant_wrapper(kind, functions[variant], f, aten_sigs[spec.op]) if variant else None
             if wrapper is None:
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
@@ -231,7 +247,6 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast,
-        "glue_sources": GLUE_SOURCES,
         "glue_kernels": list(GLUE_KERNELS.items()),
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
@@ -240,10 +255,18 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     custom_schemas = [spec.schema for spec in custom_ops]
     extra = {
         "kernels.h": {"kernels": kernel_sigs},
-        "register_kernels.cpp": {"wrappers": wrappers, "custom_wrappers": custom_wrappers,
-                                 "custom_schemas": custom_schemas},
+        "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
     outputs = [Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {})) for name in GENERATED_CPP]
+    for shard in range(REGISTER_SHARDS):
+        mine = [w for w in wrappers if register_shard(w.kernel.op) == shard]
+        mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op) == shard]
+        kernels = list({w.kernel.kernel: w.kernel for w in mine + mine_custom}.values())
+        outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
+                              {"shard": shard, "shards": REGISTER_SHARDS, "wrappers": mine,
+                               "custom_wrappers": mine_custom, "kernels": kernels}))
+    values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
+                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
     outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
     package = values["package"]
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
