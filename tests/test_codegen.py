@@ -256,23 +256,27 @@ def test_fallback_policy_reaches_the_generated_config(backend):
 def test_a_new_kernel_rewrites_one_registration_shard(backend):
     """Registrations are sharded by a stable hash of the op, so a new native
     kernel changes one translation unit of the registration, not all of them."""
-    from flsdk.codegen.context import REGISTER_SHARDS, register_shard
+    from flsdk.codegen.context import register_shard, register_shard_count
 
     generate(backend)
     (backend / "kernels" / "relu.cpp").write_text(KERNEL_BODY)
     generate(backend)
     shards = sorted((backend / "generated").glob("register_kernels_*.cpp"))
-    assert len(shards) == REGISTER_SHARDS
+    assert len(shards) == register_shard_count(1) == 1  # a small backend: one shard
     (backend / "kernels" / "add_Tensor.cpp").write_text(
         '#include "kernels.h"\nnamespace zeta::kernels {\n'
         "at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, "
         "const at::Scalar & alpha) {\n  return self;\n}\n}\n")
     result = generate(backend)
     cpp = [p for p in result.report.updated if p.endswith((".cpp", ".h"))]
-    shard = f"generated/register_kernels_{register_shard('add.Tensor')}.cpp"
+    shard = f"generated/register_kernels_{register_shard('add.Tensor', 1)}.cpp"
     # plus the list of native op names, a file without ATen headers
     assert sorted(cpp) == ["generated/native_ops.cpp", shard], result.report.updated
     assert 'm.impl("add.Tensor"' in (backend / shard).read_text()
+    # a large backend (acme: ~700 wrappers) gets 8; doubling keeps an op in shard i or i + n
+    assert [register_shard_count(n) for n in (64, 65, 200, 675, 5000)] == [1, 2, 4, 8, 8]
+    for op in ("add.Tensor", "relu", "mm", "_foreach_add.List"):
+        assert register_shard(op, 8) % 4 == register_shard(op, 4)
     assert "#include <ATen" not in (backend / "generated" / "native_ops.cpp").read_text()
 
 

@@ -35,7 +35,7 @@ AUTOCAST_ENTRY_POINT = {
 }
 
 # The generated C++ files, each rendered from templates/cpp/<name>.j2 into
-# generated/<name>, plus the REGISTER_SHARDS registration shards; the .cpp files
+# generated/<name>, plus the registration shards (register_shard_count); the .cpp files
 # among them are the glue sources the build compiles.
 GENERATED_CPP = (
     "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
@@ -44,16 +44,27 @@ GENERATED_CPP = (
     "autocast.cpp", "python_module.cpp",
 )
 
-# The kernel registrations are split over this many translation units, as torchgen
+# The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
 # new kernel. An op's shard is a stable hash of its name (register_shard), so adding
-# an op rewrites one shard and the others stay byte-identical.
-REGISTER_SHARDS = 8
+# an op rewrites one shard and the others stay byte-identical. Every shard pays for
+# the dispatcher headers, so a small backend gets fewer: the count doubles per
+# WRAPPERS_PER_SHARD wrappers (1, 2, 4, 8), and when it doubles an op stays in its
+# shard or moves to shard + old count (crc % 2n), so resharding is rare and halfway.
+MAX_REGISTER_SHARDS = 8
+WRAPPERS_PER_SHARD = 64
 
 
-def register_shard(op: str) -> int:
+def register_shard_count(wrappers: int) -> int:
+    count = 1
+    while count < MAX_REGISTER_SHARDS and wrappers > count * WRAPPERS_PER_SHARD:
+        count *= 2
+    return count
+
+
+def register_shard(op: str, count: int) -> int:
     """The generated/register_kernels_<i>.cpp that registers `op` and its variants."""
-    return zlib.crc32(op.encode()) % REGISTER_SHARDS
+    return zlib.crc32(op.encode()) % count
 
 
 @dataclass(frozen=True)
@@ -258,12 +269,13 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
     outputs = [Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {})) for name in GENERATED_CPP]
-    for shard in range(REGISTER_SHARDS):
-        mine = [w for w in wrappers if register_shard(w.kernel.op) == shard]
-        mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op) == shard]
+    shards = register_shard_count(len(wrappers) + len(custom_wrappers))
+    for shard in range(shards):
+        mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
+        mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
         kernels = list({w.kernel.kernel: w.kernel for w in mine + mine_custom}.values())
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
-                              {"shard": shard, "shards": REGISTER_SHARDS, "wrappers": mine,
+                              {"shard": shard, "shards": shards, "wrappers": mine,
                                "custom_wrappers": mine_custom, "kernels": kernels}))
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
                               if out.path.startswith("generated/") and out.path.endswith(".cpp")]
