@@ -39,7 +39,7 @@ def cmd_gen(args) -> int:
                       force=args.force)
     r = result.report
     verb = "would write" if (args.check or args.dry_run) else "wrote"
-    for label, items in (("created", r.created), ("updated", r.updated)):
+    for label, items in (("created", r.created), ("updated", r.updated), ("removed", r.removed)):
         for item in items:
             print(f"  {label:9} {item}")
     for item in result.stubs_created:
@@ -63,7 +63,7 @@ def cmd_gen(args) -> int:
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
     if r.conflicts:
         return 1
-    if args.check and (r.created or r.updated or result.stubs_created):
+    if args.check and (r.created or r.updated or r.removed or result.stubs_created):
         print("flsdk gen --check: generated files are stale; run `flsdk gen`", file=sys.stderr)
         return 1
     return 0
@@ -87,7 +87,8 @@ def op_statuses(root: Path) -> list[dict]:
     composite (a device-only op the glue decomposes) or must-be-native (a
     device-only op with no CPU kernel: calling it fails until it is native).
     Device-only ops (flsdk/spec/device_only.py) say in `note` what runs them."""
-    from flsdk.codegen.context import GLUE_OPS, kernel_name
+    from flsdk.codegen.context import kernel_name
+    from flsdk.codegen.glue import GLUE_OPS
     from flsdk.codegen.kernel_scan import scan_kernels
     from flsdk.spec import load_backend
     from flsdk.spec.device_only import DEVICE_ONLY_OPS

@@ -32,6 +32,11 @@ at::Tensor k_relu(const at::Tensor & self) {
 """
 
 
+def _registration(backend: Path) -> str:
+    """All generated registration code: register_kernels.cpp and its shards."""
+    return "".join(p.read_text() for p in sorted((backend / "generated").glob("register_kernels*.cpp")))
+
+
 @pytest.fixture()
 def backend(tmp_path: Path) -> Path:
     root = tmp_path / "zeta"
@@ -45,6 +50,7 @@ def backend(tmp_path: Path) -> Path:
 def test_first_gen_writes_glue_and_stubs(backend):
     result = generate(backend)
     assert "generated/register_kernels.cpp" in result.report.created
+    assert "generated/register_kernels_0.cpp" in result.report.created
     assert "generated/python_module.cpp" in result.report.created
     assert sorted(result.stubs_created) == ["kernels/add_Tensor.cpp", "kernels/relu.cpp"]
     stub = (backend / "kernels" / "relu.cpp").read_text()
@@ -52,7 +58,7 @@ def test_first_gen_writes_glue_and_stubs(backend):
     # stubs are not compiled and not registered
     sources = (backend / "generated" / "sources.cmake").read_text()
     assert "relu.cpp" not in sources
-    assert "m.impl(\"relu\"" not in (backend / "generated" / "register_kernels.cpp").read_text()
+    assert "m.impl(\"relu\"" not in _registration(backend)
 
 
 def test_second_gen_rewrites_nothing(backend):
@@ -79,7 +85,7 @@ def test_filled_kernel_becomes_native_and_is_never_overwritten(backend):
     result = generate(backend)
     assert kernel.read_text() == KERNEL_BODY
     assert "kernels/relu.cpp" not in result.stubs_created
-    registration = (backend / "generated" / "register_kernels.cpp").read_text()
+    registration = _registration(backend)
     assert 'm.impl("relu", TORCH_FN(wrapper_relu));' in registration
     assert "kernels/relu.cpp" in (backend / "generated" / "sources.cmake").read_text()
     from flsdk.cli import op_statuses
@@ -97,7 +103,7 @@ def test_variants_are_derived_from_the_functional_kernel(backend):
         "at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, "
         "const at::Scalar & alpha) {\n  return self;\n}\n}\n")
     generate(backend)
-    registration = (backend / "generated" / "register_kernels.cpp").read_text()
+    registration = _registration(backend)
     for op in ("add.Tensor", "add_.Tensor", "add.out"):
         assert f'm.impl("{op}"' in registration
     assert "self.copy_(result);" in registration
@@ -231,7 +237,7 @@ def test_custom_op_is_defined_and_registered(backend):
         '#include "kernels.h"\nnamespace zeta::kernels {\n'
         "at::Tensor k_scale2(const at::Tensor & x, double factor) {\n  return x;\n}\n}\n")
     generate(backend)
-    registration = (backend / "generated" / "register_kernels.cpp").read_text()
+    registration = _registration(backend)
     assert 'm.def("scale2(Tensor x, float factor=2.0) -> Tensor");' in registration
     assert 'm.impl("scale2", TORCH_FN(wrapper_scale2));' in registration
     assert "TORCH_LIBRARY(zeta, m)" in registration
@@ -245,3 +251,42 @@ def test_fallback_policy_reaches_the_generated_config(backend):
     config = (backend / "generated" / "device_config.h").read_text()
     assert "kFallbackEnabledByDefault = false;" in config
     assert 'kFallbackAllowList[] = { "cumsum", "exp.out", nullptr };' in config
+
+
+def test_a_new_kernel_rewrites_one_registration_shard(backend):
+    """Registrations are sharded by a stable hash of the op, so a new native
+    kernel changes one translation unit of the registration, not all of them."""
+    from flsdk.codegen.context import register_shard, register_shard_count
+
+    generate(backend)
+    (backend / "kernels" / "relu.cpp").write_text(KERNEL_BODY)
+    generate(backend)
+    shards = sorted((backend / "generated").glob("register_kernels_*.cpp"))
+    assert len(shards) == register_shard_count(1) == 1  # a small backend: one shard
+    (backend / "kernels" / "add_Tensor.cpp").write_text(
+        '#include "kernels.h"\nnamespace zeta::kernels {\n'
+        "at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, "
+        "const at::Scalar & alpha) {\n  return self;\n}\n}\n")
+    result = generate(backend)
+    cpp = [p for p in result.report.updated if p.endswith((".cpp", ".h"))]
+    shard = f"generated/register_kernels_{register_shard('add.Tensor', 1)}.cpp"
+    # plus the list of native op names, a file without ATen headers
+    assert sorted(cpp) == ["generated/native_ops.cpp", shard], result.report.updated
+    assert 'm.impl("add.Tensor"' in (backend / shard).read_text()
+    # a large backend (acme: ~700 wrappers) gets 8; doubling keeps an op in shard i or i + n
+    assert [register_shard_count(n) for n in (64, 65, 200, 675, 5000)] == [1, 2, 4, 8, 8]
+    for op in ("add.Tensor", "relu", "mm", "_foreach_add.List"):
+        assert register_shard(op, 8) % 4 == register_shard(op, 4)
+    assert "#include <ATen" not in (backend / "generated" / "native_ops.cpp").read_text()
+
+
+def test_gen_removes_generated_files_it_no_longer_produces(backend):
+    generate(backend)
+    old = backend / "generated" / "register_kernels_99.cpp"
+    old.write_text((backend / "generated" / "register_kernels_0.cpp").read_text())
+    mine = backend / "generated" / "notes.cpp"
+    mine.write_text("// mine\n")
+    assert flsdk_main(["gen", "--check", str(backend)]) == 1
+    result = generate(backend)
+    assert result.report.removed == ["generated/register_kernels_99.cpp"]
+    assert not old.exists() and mine.exists()  # files flsdk did not write stay

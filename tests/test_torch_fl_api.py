@@ -31,6 +31,26 @@ def test_every_export_resolves():
         torch_fl.nope  # noqa: B018
 
 
+def test_type_checking_block_lists_exactly_the_lazy_exports():
+    """IDEs and type checkers see torch_fl's names through the TYPE_CHECKING
+    imports; they must be the names __getattr__ resolves, each from its module."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(torch_fl.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{alias.name}: re-export needs 'as {alias.name}'"
+            seen[alias.name] = node.module
+    assert sorted(seen) == sorted(set(torch_fl.__all__) - {"__version__"})
+    for name, module in seen.items():
+        assert torch_fl._WHERE[name] == module, name
+        assert getattr(torch_fl, name) is getattr(__import__(f"torch_fl.{module}", fromlist=[name]), name)
+
+
 def test_tensor_diff_metrics():
     a = torch.tensor([1.0, 2.0, 0.0, -4.0])
     b = torch.tensor([1.0, 2.002, 0.0005, -4.0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pprint
 import re
+import zlib
 from dataclasses import dataclass
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
@@ -18,22 +19,51 @@ from flsdk.spec.dtypes import scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
-from .kernel_scan import KernelScan
+from .glue import GLUE_KERNELS, GLUE_OPS
+from .kernel_scan import STUB_MARKER, KernelScan
 
 
-GLUE_SOURCES = [
-    "runtime_init.cpp", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
-    "fallback.cpp", "register_kernels.cpp", "autocast.cpp", "python_module.cpp",
-]
-
-# Ops the generated glue implements itself (minimal_ops.cpp); never vendor kernels.
-GLUE_OPS = (
-    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",
-    "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
-    "set_.source_Storage_storage_offset", "set_.source_Storage", "set_.source_Tensor", "set_",
-    "fill_.Scalar", "fill_.Tensor", "zero_", "_fused_sdp_choice", "_has_compatible_shallow_copy_type",
-    "record_stream", "view_as_complex", "view_as_real",
+# The generated C++ files, each rendered from templates/cpp/<name>.j2 into
+# generated/<name>, plus the registration shards (register_shard_count); the .cpp files
+# among them are the glue sources the build compiles.
+GENERATED_CPP = (
+    "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
+    "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "fallback.h", "fallback.cpp",
+    "kernels.h", "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
+    "autocast.cpp", "python_module.cpp",
 )
+
+# The kernel registrations are split over several translation units, as torchgen
+# shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
+# new kernel. An op's shard is a stable hash of its name (register_shard), so adding
+# an op rewrites one shard and the others stay byte-identical. Every shard pays for
+# the dispatcher headers, so a small backend gets fewer: the count doubles per
+# WRAPPERS_PER_SHARD wrappers (1, 2, 4, 8), and when it doubles an op stays in its
+# shard or moves to shard + old count (crc % 2n), so resharding is rare and halfway.
+MAX_REGISTER_SHARDS = 8
+WRAPPERS_PER_SHARD = 64
+
+
+def register_shard_count(wrappers: int) -> int:
+    count = 1
+    while count < MAX_REGISTER_SHARDS and wrappers > count * WRAPPERS_PER_SHARD:
+        count *= 2
+    return count
+
+
+def register_shard(op: str, count: int) -> int:
+    """The generated/register_kernels_<i>.cpp that registers `op` and its variants."""
+    return zlib.crc32(op.encode()) % count
+
+
+@dataclass(frozen=True)
+class Output:
+    """One generated file: the template rendered, where it goes, and what it
+    needs beyond BackendContext.values."""
+
+    template: str
+    path: str
+    extra: dict
 
 
 @dataclass
@@ -44,6 +74,7 @@ class Wrapper:
     decl: str
     checks: list[str]
     body: list[str]
+    kernel: signatures.KernelSignature  # the vendor kernel it calls
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -169,11 +200,12 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
         checks=_device_checks(func) + route,
         body=[f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"],
+        kernel=sig,
     )
 
 
 def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction, spec: OpSpec,
-                     op_dtypes) -> Wrapper | None:
+                     op_dtypes, sig: signatures.KernelSignature) -> Wrapper | None:
     """In-place / out= wrapper computing with the functional kernel, then copying."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
@@ -207,7 +239,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
-        checks=_device_checks(f_variant.func) + route, body=body,
+        checks=_device_checks(f_variant.func) + route, body=body, kernel=sig,
     )
 
 
@@ -226,6 +258,7 @@ class BackendContext:
     kernel_sigs: list[signatures.KernelSignature]
     registered_ops: list[str]
     skipped_variants: list[str]
+    outputs: list[Output]
 
 
 def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
@@ -256,8 +289,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             if variant in GLUE_OPS:
                 skipped.append(f"{variant}: the generated glue implements it")
                 continue
-            wrapper = (_variant_wrapper(kind, functions[variant], f, spec, backend.dtypes_for(spec))
-                       if variant else None)
+            wrapper = (_variant_wrapper(kind, functions[variant], f, spec, backend.dtypes_for(spec),
+                                        aten_sigs[spec.op]) if variant else None)
             if wrapper is None:
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
@@ -275,7 +308,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "memory_capacity": d.memory_capacity,
         "memory_capacity_env": d.memory_capacity_env,
         "memory_alignment": d.memory_alignment,
-        "allocator_env": d.allocator.get("env", f"{d.name.upper()}_ALLOC_CONF"),
+        "allocator_env": d.allocator["env"],
         "allocator_defaults": _allocator_defaults(d.allocator),
         "fallback_warn_env": d.fallback.warn_env,
         "fallback_enabled": "true" if d.fallback.mode == "allow" else "false",
@@ -296,7 +329,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast.template_values(backend.ops),
-        "glue_sources": GLUE_SOURCES,
+        "glue_kernels": list(GLUE_KERNELS.items()),
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(registered, width=100),
@@ -304,17 +337,70 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
     }
+    custom_schemas = [spec.schema for spec in custom_ops]
+    extra = {
+        "kernels.h": {"kernels": kernel_sigs},
+        "register_kernels.cpp": {"custom_schemas": custom_schemas},
+    }
+    outputs = [Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {})) for name in GENERATED_CPP]
+    shards = register_shard_count(len(wrappers) + len(custom_wrappers))
+    for shard in range(shards):
+        mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
+        mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
+        kernels = list({w.kernel.kernel: w.kernel for w in mine + mine_custom}.values())
+        outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
+                              {"shard": shard, "shards": shards, "wrappers": mine,
+                               "custom_wrappers": mine_custom, "kernels": kernels}))
+    values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
+                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
+    outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
+    package = values["package"]
+    for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
+        outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
+    cases, skipped_cases = conformance_cases(backend, registered)
+    outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
+                          {"cases_py": pprint.pformat(cases, width=100),
+                           "skipped_py": pprint.pformat(skipped_cases, width=100)}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
-                          custom_schemas=[spec.schema for spec in custom_ops],
+                          custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,
-                          skipped_variants=skipped)
+                          skipped_variants=skipped, outputs=outputs)
+
+
+def conformance_cases(backend: Backend, registered: list[str]):
+    """(op, sample, dtype, atol, rtol) for every registered op x sample x dtype the
+    device supports, and {op: reason} for registered ops that are not compared."""
+    cases, skipped = [], {}
+    registered_set = set(registered)
+    for spec in backend.ops:
+        if spec.op not in registered_set:
+            continue
+        if spec.is_custom:
+            skipped[spec.op] = "custom op: no CPU reference kernel to compare with"
+            continue
+        if spec.skip_conformance:
+            skipped[spec.op] = spec.skip_conformance
+            continue
+        for dtype in backend.dtypes_for(spec):
+            tol = spec.tolerances[dtype]
+            for sample in spec.samples:
+                cases.append((spec.op, sample, dtype, tol.atol, tol.rtol))
+    return cases, skipped
+
+
+def stub_values(backend: Backend, spec: OpSpec) -> dict:
+    """What templates/kernels/kernel_stub.cpp.j2 prints for a new kernel stub."""
+    sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
+           else signatures.signature_of(spec.op))
+    return {"ns": backend.name, "op": spec.op, "kernel": sig.kernel, "schema": sig.schema,
+            "defn": sig.defn, "stub_marker": STUB_MARKER}
 
 
 def _allocator_defaults(allocator: dict) -> str:
     """device.yaml allocator defaults in the allocator's key:value syntax."""
-    parts = [f"round_size:{allocator.get('round_size', 512)}"]
-    max_split = allocator.get("max_split_size")
+    parts = [f"round_size:{allocator['round_size']}"]
+    max_split = allocator["max_split_size"]
     parts.append("max_split_size_mb:unlimited" if max_split is None
                  else f"max_split_size_mb:{max_split / (1 << 20):g}")
-    parts.append(f"garbage_collection_threshold:{allocator.get('garbage_collection_threshold', 0.0):g}")
+    parts.append(f"garbage_collection_threshold:{allocator['garbage_collection_threshold']:g}")
     return ",".join(parts)

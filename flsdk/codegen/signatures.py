@@ -7,16 +7,15 @@ signature; the registered wrapper uses the dispatcher signature and translates
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass
 
 from torchgen import local
 from torchgen.api import cpp
 from torchgen.api.translate import UnsatError, translate
 from torchgen.api.types import CppSignature, DispatcherSignature
-from torchgen.gen import parse_native_yaml
 from torchgen.model import FunctionSchema, NativeFunction
+
+from flsdk.spec.aten import native_functions  # noqa: F401  (codegen reads it from here)
 
 
 def kernel_name(op_name: str) -> str:
@@ -26,19 +25,6 @@ def kernel_name(op_name: str) -> str:
     """
     base, _, overload = op_name.partition(".")
     return "k_" + base + ("_" + overload if overload else "")
-
-
-@functools.lru_cache(maxsize=1)
-def native_functions() -> dict[str, NativeFunction]:
-    """All ATen overloads of the installed torch, by `name.overload`."""
-    import torchgen
-
-    root = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
-    parsed = parse_native_yaml(
-        os.path.join(root, "native_functions.yaml"),
-        os.path.join(root, "tags.yaml"),
-    )
-    return {str(f.func.name): f for f in parsed.native_functions}
 
 
 @dataclass(frozen=True)

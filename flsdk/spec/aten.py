@@ -1,8 +1,8 @@
 """Resolution of op names against the installed torch's ATen operators.
 
 The truth is torch's own native_functions.yaml, parsed by torchgen through
-`flsdk.codegen.signatures.native_functions()` (imported lazily: torchgen costs
-about a second, and a malformed spec file should fail before paying it). From
+`native_functions()` below (torchgen is imported lazily: it costs about a
+second, and a malformed spec file should fail before paying it). From
 it we build, once per process, an index of overload names and of each
 functional op's in-place and out siblings: torchgen's `FunctionSchema.signature()`
 strips in-place/out-ness, so ops with equal signatures form one group, the
@@ -109,11 +109,24 @@ def _index() -> _Index:
     return index
 
 
+@functools.lru_cache(maxsize=1)
+def native_functions() -> dict:
+    """All ATen overloads of the installed torch, by `name.overload`, as
+    torchgen NativeFunction objects (the model codegen builds on)."""
+    import torchgen
+    from torchgen.gen import parse_native_yaml
+
+    root = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    parsed = parse_native_yaml(
+        os.path.join(root, "native_functions.yaml"),
+        os.path.join(root, "tags.yaml"),
+    )
+    return {str(f.func.name): f for f in parsed.native_functions}
+
+
 def build_index() -> _Index:
     """Parse native_functions.yaml through torchgen (slow; _index caches it)."""
     from torchgen.model import SchemaKind
-
-    from flsdk.codegen.signatures import native_functions
 
     groups: dict[object, dict[SchemaKind, str]] = {}
     kinds: dict[str, str] = {}

@@ -1,35 +1,117 @@
-"""Static check of conformance samples (the sample DSL of docs/architecture.md).
+"""The sample DSL of docs/architecture.md: its one grammar, and the static check
+of op spec samples built on it.
 
 A sample is a list of positional arguments, optionally ending with a mapping
-of keyword arguments. Strings that look like tensor constructors (`T(`, `F(`,
-`L(`, `B(`) must follow the grammar, and `dtype:<name>` must name a known
-dtype; other strings are literal arguments (e.g. rounding_mode "floor").
-Catching a typo here gives a file:line at `flsdk check` time instead of a
-failure inside a generated conformance test.
+of keyword arguments. Each string is exactly one of:
+
+* `dtype:<name>`: a torch dtype;
+* a plain word (`floor`, `tanh`, `sum`): a string argument;
+* a tensor token, `T(2,3)` and friends (grammar in `parse_tensor`).
+
+Numbers, booleans, null and lists are literals (lists are read item by item).
+
+`flsdk check` runs `check_sample` so a typo gives a file:line before any test
+runs; torch_fl.testing.conformance materializes samples with the same
+`classify` / `parse_tensor`, so what passes the check is what the tests build.
+Pure Python without torch: both packages import it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .dtypes import DTYPES, did_you_mean
 
-_DIMS = r"\s*(?:\d+\s*(?:,\s*\d+\s*)*,?)?\s*"
-_NUM = r"\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*"
-_VIEW = r"(?:\.t\(\))?"
-_TENSOR_RES = [
-    # T(2,3) F(2,3), optionally strictly positive (+) or uniform in [lo, hi), optionally .t()
-    re.compile(rf"^[TF]\({_DIMS}\)(?:\+|\[{_NUM},{_NUM}\])?{_VIEW}$"),
-    # L(2,3;10): int64 in [0, 10)
-    re.compile(rf"^L\({_DIMS}(?:;\s*\d+\s*)?\){_VIEW}$"),
-    # B(2,3): bool
-    re.compile(rf"^B\({_DIMS}\){_VIEW}$"),
-]
-_LOOKS_TENSOR = re.compile(r"^[TFLB]\(")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
 EXPECTED_TENSOR = 'T(2,3), T(2,3)+, T(2,3)[0,1], T(2,3).t(), T(), F(2,3), L(2,3;10), B(2,3)'
 
+_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN = re.compile(
+    r"""^(?P<kind>[TFLB])
+        \((?P<shape>[^;)]*)(?:;(?P<high>[^)]*))?\)
+        (?:(?P<pos>\+)|\[(?P<lo>[^,\]]+),(?P<hi>[^\]]+)\])?
+        (?P<t>\.t\(\))?$""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class TensorToken:
+    kind: str                              # T: tested dtype, F: float32, L: int64, B: bool
+    shape: tuple[int, ...]
+    high: int | None                       # L(...;high): values in [0, high)
+    positive: bool                         # T(...)+ : strictly positive
+    bounds: tuple[float, float] | None     # T(...)[lo,hi]: uniform in [lo, hi)
+    transposed: bool                       # .t(): last two dims swapped (a non-contiguous view)
+
+
+def _shape(text: str, token: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise ValueError(f"bad shape {text!r} in sample token {token!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative size in sample token {token!r}")
+    return dims
+
+
+def _number(text: str, token: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"bad bound {text!r} in sample token {token!r}") from None
+
+
+def parse_tensor(token: str) -> TensorToken:
+    """`T(2,3)[0,1].t()` -> TensorToken; ValueError naming the token when malformed.
+
+    T(dims) / F(dims) take an optional `+` or `[lo,hi]`; L(dims;high) takes
+    neither; B(dims) takes neither; only L takes `;high`. Any token may end
+    with `.t()`. Spaces are ignored.
+    """
+    m = _TOKEN.match(token.replace(" ", ""))
+    if m is None:
+        raise ValueError(f"bad sample token {token!r}")
+    kind = m["kind"]
+    shape = _shape(m["shape"], token)
+    positive = m["pos"] is not None
+    bounds = None
+    if m["lo"] is not None:
+        bounds = (_number(m["lo"], token), _number(m["hi"], token))
+        if bounds[1] <= bounds[0]:
+            raise ValueError(f"empty range in sample token {token!r}")
+    high = None
+    if kind == "L":
+        if m["high"] is None:
+            raise ValueError(f"sample token {token!r}: L(...) needs an upper bound, e.g. L(2,3;10)")
+        if positive or bounds:
+            raise ValueError(f"sample token {token!r}: L(...) takes no + or [lo,hi]")
+        high = int(_number(m["high"], token))
+        if high <= 0:
+            raise ValueError(f"sample token {token!r}: upper bound must be > 0")
+    else:
+        if m["high"] is not None:
+            raise ValueError(f"sample token {token!r}: only L(...) takes ';N'")
+        if kind == "B" and (positive or bounds):
+            raise ValueError(f"sample token {token!r}: B(...) takes no + or [lo,hi]")
+    return TensorToken(kind=kind, shape=shape, high=high, positive=positive, bounds=bounds,
+                       transposed=m["t"] is not None)
+
+
+def classify(text: str) -> tuple[str, object]:
+    """A sample string as ("dtype", name), ("word", text) or ("tensor", TensorToken).
+    The dtype name is not checked here (callers resolve it); a malformed tensor
+    token raises ValueError."""
+    if text.startswith("dtype:"):
+        return "dtype", text[len("dtype:"):]
+    if _WORD.match(text):
+        return "word", text
+    return "tensor", parse_tensor(text)
+
+
+# --- the static check -----------------------------------------------------------
 
 def check_sample(sample: list) -> list[tuple[tuple, str, str]]:
     """Problems in one sample as (sub-path, message, expected); [] when fine."""
@@ -40,7 +122,7 @@ def check_sample(sample: list) -> list[tuple[tuple, str, str]]:
                 problems.append(((i,), "keyword arguments must be the last entry of a sample",
                                  "[positional..., {name: value}]"))
             for key, value in arg.items():
-                if not _IDENT.match(key):
+                if not _WORD.match(key):
                     problems.append(((i, key), f"{key!r} is not an argument name", "an identifier"))
                 problems.extend(((i, key) + p, m, e) for p, m, e in _check_value(value))
         else:
@@ -50,14 +132,14 @@ def check_sample(sample: list) -> list[tuple[tuple, str, str]]:
 
 def _check_value(value: object) -> list[tuple[tuple, str, str]]:
     if isinstance(value, str):
-        if _LOOKS_TENSOR.match(value) and not any(r.match(value) for r in _TENSOR_RES):
-            return [((), f"malformed tensor argument {value!r}", EXPECTED_TENSOR)]
-        if value.startswith("dtype:"):
-            name = value[len("dtype:"):]
-            if name not in DTYPES:
-                hint = did_you_mean(name, DTYPES)
-                return [((), f"unknown dtype {name!r}" + (f"; {hint}" if hint else ""),
-                         "dtype:<name> with a name from " + ", ".join(DTYPES))]
+        try:
+            kind, parsed = classify(value)
+        except ValueError as exc:
+            return [((), f"malformed tensor argument {value!r}: {exc}", EXPECTED_TENSOR)]
+        if kind == "dtype" and parsed not in DTYPES:
+            hint = did_you_mean(parsed, DTYPES)
+            return [((), f"unknown dtype {parsed!r}" + (f"; {hint}" if hint else ""),
+                     "dtype:<name> with a name from " + ", ".join(DTYPES))]
         return []
     if isinstance(value, list):
         out = []

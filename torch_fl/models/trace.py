@@ -28,13 +28,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-# Implemented by the generated glue of every backend, never by op specs.
-GLUE_OPS = frozenset({
-    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias",
-    "resize_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense",
-    "set_.source_Storage", "set_.source_Storage_storage_offset", "set_.source_Tensor",
-    "set_", "fill_.Scalar", "zero_", "_fused_sdp_choice",
-})
+from flsdk.codegen import glue
+
+# Implemented by the generated glue of every backend, never by op specs. The list
+# is kept once, in flsdk (same distribution as torch_fl, import-free module).
+GLUE_OPS = frozenset(glue.GLUE_OPS)
 
 # CompositeExplicitAutograd ops that select a device-specific path: the op a
 # PrivateUse1 backend is asked for instead.
@@ -58,8 +56,11 @@ SDPA_OVERRIDEABLE = (
 
 
 def op_name(func: torch._ops.OpOverload) -> str:
-    """`aten::add.Tensor` -> `add.Tensor`; the empty overload gives `relu`."""
-    name = func._schema.name.split("::", 1)[1]
+    """`aten::add.Tensor` -> `add.Tensor`; the empty overload gives `relu`. Other
+    namespaces stay (`acme::fused_gelu`), as the dispatcher and the fallback log name them."""
+    namespace, name = func._schema.name.split("::", 1)
+    if namespace != "aten":
+        name = f"{namespace}::{name}"
     return name + ("." + func._schema.overload_name if func._schema.overload_name else "")
 
 

@@ -1,24 +1,9 @@
 """Conformance helpers: run an ATen op on CPU and on a device, compare the results.
 
 The inputs of an op come from the samples of its op spec, written in the sample
-DSL of docs/architecture.md:
-
-    a sample is a list of positional args, optionally ending with a dict of kwargs.
-    "T(2,3)"        random tensor of the tested dtype (shape (2, 3))
-    "T(2,3)+"       ... strictly positive
-    "T(2,3)[0,1]"   ... uniform in [0, 1)  (any [lo,hi])
-    "F(2,3)"        always float32 (takes the same modifiers as T)
-    "L(2,3;10)"     int64 in [0, 10)
-    "B(2,3)"        bool
-    "T()"           0-dim tensor
-    "T(2,3).t()"    a transposed, non-contiguous view (shape (3, 2); for more than
-                    two dims the last two are swapped)
-    "dtype:float16" a torch.dtype
-    numbers, booleans, null and lists are literals; lists and kwarg values are
-    materialized recursively (["T(2)", "T(3)"] is a list of tensors).
-    Any other string must be a plain word ("floor", "tanh", "sum"): it is passed
-    as a string argument (rounding_mode, approximate, reduce). Anything else is a
-    malformed token and raises ValueError naming it.
+DSL of docs/architecture.md ("T(2,3)+", "L(4;10)", "dtype:float16", ...). Its
+grammar is kept once, in flsdk.spec.samples (the parser `flsdk check` uses), and
+read here; a malformed token raises ValueError naming it.
 
 Inputs are always made on CPU with a seeded generator, then copied to the device,
 so CPU and device see identical values.
@@ -27,7 +12,6 @@ so CPU and device see identical values.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +20,8 @@ import torch
 from flsdk.spec.dtypes import ALIASES as DTYPE_ALIASES
 from flsdk.spec.dtypes import DTYPES as DTYPE_TABLE
 from flsdk.spec.dtypes import default_tolerance as _default_tolerance
+# The sample grammar is kept once, in flsdk (same distribution, torch-free module).
+from flsdk.spec.samples import TensorToken, classify
 
 from . import rnn_reference
 
@@ -48,16 +34,6 @@ __all__ = [
 # shared with the spec loader); torch.<name> is the dtype itself.
 _DTYPES = {name: getattr(torch, name) for name in DTYPE_TABLE}
 _DTYPES.update({alias: _DTYPES[name] for alias, name in DTYPE_ALIASES.items()})
-
-_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOKEN = re.compile(
-    r"""^(?P<kind>[TFLB])
-        \((?P<shape>[^;)]*)(?:;(?P<high>[^)]*))?\)
-        (?:(?P<pos>\+)|\[(?P<lo>[^,\]]+),(?P<hi>[^\]]+)\])?
-        (?P<t>\.t\(\))?$""",
-    re.VERBOSE,
-)
-
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     """"float16" -> torch.float16 (torch.dtype passes through)."""
@@ -78,26 +54,6 @@ def default_tolerance(dtype: str | torch.dtype) -> tuple[float, float]:
 
 
 # --- materialize --------------------------------------------------------------
-
-def _shape(text: str, token: str) -> tuple[int, ...]:
-    text = text.strip()
-    if not text:
-        return ()
-    try:
-        dims = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        raise ValueError(f"bad shape {text!r} in sample token {token!r}") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"negative size in sample token {token!r}")
-    return dims
-
-
-def _number(text: str, token: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"bad bound {text!r} in sample token {token!r}") from None
-
 
 def _random(shape, dtype: torch.dtype, gen: torch.Generator, positive: bool,
             bounds: tuple[float, float] | None) -> torch.Tensor:
@@ -124,48 +80,26 @@ def _random(shape, dtype: torch.dtype, gen: torch.Generator, positive: bool,
     return torch.randint(lo, hi, shape, generator=gen).to(dtype)
 
 
-def _tensor_token(token: str, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    m = _TOKEN.match(token.replace(" ", ""))
-    if m is None:
-        raise ValueError(f"bad sample token {token!r}")
-    kind = m["kind"]
-    shape = _shape(m["shape"], token)
-    positive = m["pos"] is not None
-    bounds = None
-    if m["lo"] is not None:
-        bounds = (_number(m["lo"], token), _number(m["hi"], token))
-        if bounds[1] <= bounds[0]:
-            raise ValueError(f"empty range in sample token {token!r}")
-    if kind == "L":
-        if m["high"] is None:
-            raise ValueError(f"sample token {token!r}: L(...) needs an upper bound, e.g. L(2,3;10)")
-        if positive or bounds:
-            raise ValueError(f"sample token {token!r}: L(...) takes no + or [lo,hi]")
-        high = int(_number(m["high"], token))
-        if high <= 0:
-            raise ValueError(f"sample token {token!r}: upper bound must be > 0")
-        t = torch.randint(0, high, shape, generator=gen, dtype=torch.int64)
+def _tensor(t: TensorToken, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    if t.kind == "L":
+        out = torch.randint(0, t.high, t.shape, generator=gen, dtype=torch.int64)
+    elif t.kind == "B":
+        out = _random(t.shape, torch.bool, gen, False, None)
     else:
-        if m["high"] is not None:
-            raise ValueError(f"sample token {token!r}: only L(...) takes ';N'")
-        if kind == "B":
-            if positive or bounds:
-                raise ValueError(f"sample token {token!r}: B(...) takes no + or [lo,hi]")
-            t = _random(shape, torch.bool, gen, False, None)
-        else:
-            t = _random(shape, dtype if kind == "T" else torch.float32, gen, positive, bounds)
-    if m["t"]:
-        t = t.transpose(-2, -1) if t.dim() >= 2 else t
-    return t
+        out = _random(t.shape, dtype if t.kind == "T" else torch.float32, gen, t.positive, t.bounds)
+    if t.transposed and out.dim() >= 2:
+        out = out.transpose(-2, -1)
+    return out
 
 
 def _materialize_value(value: Any, dtype: torch.dtype, gen: torch.Generator) -> Any:
     if isinstance(value, str):
-        if value.startswith("dtype:"):
-            return parse_dtype(value[len("dtype:"):])
-        if _WORD.match(value):
+        kind, parsed = classify(value)
+        if kind == "dtype":
+            return parse_dtype(parsed)
+        if kind == "word":
             return value
-        return _tensor_token(value, dtype, gen)
+        return _tensor(parsed, dtype, gen)
     if isinstance(value, (list, tuple)):
         return [_materialize_value(v, dtype, gen) for v in value]
     if isinstance(value, dict):

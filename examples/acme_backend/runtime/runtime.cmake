@@ -1,8 +1,6 @@
-# acme vendor runtime + flsdk runtime adapter, as a static library.
-#
-# Include from the backend's CMakeLists.txt:
-#   include(${CMAKE_CURRENT_SOURCE_DIR}/runtime/runtime.cmake)
-#   target_link_libraries(<extension> PRIVATE acme_runtime)
+# acme vendor runtime + flsdk runtime adapter, as a static library that
+# CMakeLists.txt links into the extension (every runtime source is listed here;
+# nothing is globbed).
 #
 # Position-independent so it can be linked into the backend's shared
 # extension module. No torch dependency: the runtime is the vendor's own code.

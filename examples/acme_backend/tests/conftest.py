@@ -22,23 +22,8 @@ def protect_device_memory(request):
         native.runtime_set_option("protect", "0")
 
 
-# --run-slow: tests/conftest.py defines it when both test directories run
-# (./run test); this makes `pytest examples/acme_backend/tests` alone skip the
-# slow tests too instead of running them unasked.
-def pytest_addoption(parser):
-    try:
-        parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
-    except ValueError:
-        pass  # already added by tests/conftest.py
-
-
-def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --run-slow")
-    for item in items:
-        if "slow" in item.keywords and not item.get_closest_marker("skip"):
-            item.add_marker(skip)
+# The option that runs slow tests is defined once, by the flsdk.pytest_slow plugin (see the
+# repository's pyproject.toml).
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torch_fl_acme._C as native
+from torch_fl.testing.fallback_probe import FALLBACK_PROBE_BASE, fallback_probe
 
 
 # Every test leaves acme's allocated bytes where it found them (conftest.py).
@@ -22,24 +23,10 @@ def fallback_state():
     native.set_fallback_deny_list(deny)
 
 
-# Ops that stay on the CPU fallback the longest; the tests use the first one
-# that has no native kernel in the installed build.
-FALLBACK_CANDIDATES = [
-    ("special_i0e", lambda x: torch.special.i0e(x)),
-    ("special_i1", lambda x: torch.special.i1(x)),
-    ("i0", lambda x: torch.i0(x)),
-    ("lgamma", lambda x: torch.lgamma(x)),
-    ("digamma", lambda x: torch.digamma(x)),
-    ("erfinv", lambda x: torch.erfinv(x * 0.5)),
-]
-
-
 def fallback_op():
-    natives = {op.split(".")[0] for op in native.native_ops()}
-    for base, fn in FALLBACK_CANDIDATES:
-        if base not in natives:
-            return base, fn
-    pytest.skip("every candidate op has a native kernel now; add another to FALLBACK_CANDIDATES")
+    """(base name, call) of an op that always takes the CPU fallback: defined by
+    torch_fl.testing with a CPU kernel only, so no acme kernel can ever replace it."""
+    return FALLBACK_PROBE_BASE, fallback_probe()
 
 
 def test_invalid_device_index_names_index_and_count():
@@ -67,7 +54,6 @@ def test_tensors_on_two_acme_devices_are_refused_naming_op_and_devices():
     a0 = torch.ones(4, device="acme:0")
     a1 = torch.ones(4, device="acme:1")
     m0, m1 = torch.ones(2, 2, device="acme:0"), torch.ones(2, 2, device="acme:1")
-    base, fn = fallback_op()
     cases = {
         "add": lambda: a0 + a1,                       # native kernel
         "mm": lambda: m0 @ m1,                        # native kernel
@@ -163,7 +149,7 @@ def test_deny_list_by_overload_and_by_base_name(fallback_state):
     fn(x)
     ops = [entry["op"] for entry in native.fallback_log() if entry["op"].split(".")[0] == base]
     assert ops, native.fallback_log()
-    for entry in (ops[0], base):      # 'special_i0e.out' and 'special_i0e'
+    for entry in (ops[0], base):      # 'flsdk_probe::scale.Tensor' and 'flsdk_probe::scale'
         native.set_fallback_deny_list([entry])
         with pytest.raises(NotImplementedError) as info:
             fn(x)

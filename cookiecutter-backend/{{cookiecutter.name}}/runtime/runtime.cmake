@@ -1,0 +1,18 @@
+# The {{ cookiecutter.display_name }} device runtime: the adapter the generated glue calls
+# (generated/runtime_adapter.h), built as a static library linked into the
+# extension. List every runtime source here (nothing is globbed); the runtime
+# needs no torch, so it compiles without torch's headers.
+include_guard(GLOBAL)
+
+find_package(Threads REQUIRED)
+
+add_library({{ cookiecutter.name }}_runtime STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/adapter.cpp
+)
+set_target_properties({{ cookiecutter.name }}_runtime PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_compile_features({{ cookiecutter.name }}_runtime PUBLIC cxx_std_20)
+target_include_directories({{ cookiecutter.name }}_runtime PUBLIC
+  ${CMAKE_CURRENT_LIST_DIR}
+  ${CMAKE_CURRENT_LIST_DIR}/../generated
+)
+target_link_libraries({{ cookiecutter.name }}_runtime PUBLIC Threads::Threads)
