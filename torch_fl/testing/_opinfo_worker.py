@@ -10,6 +10,7 @@ Protocol, one JSON object per line:
   stdin, then:        {"op": "add", "dtype": "float32", "phases": ["forward", "grad"]}
   stdout:             {"event": "ready"}                          once, after setup
                       {"event": "begin", "op", "dtype", "phase"}  before each phase
+                      {"event": "sample", "index", "summary"}     before each device run
                       {"event": "end", "op", "dtype", "phase", "result": {...}, "seconds"}
                       {"event": "done", "op", "dtype"}            after the last phase
 stdin closing ends the worker. Anything else the op prints goes to stderr, so
@@ -62,9 +63,12 @@ def main() -> int:
         for phase in job["phases"]:
             _emit(proto, event="begin", op=oid, dtype=dtype_name, phase=phase)
             start = time.perf_counter()
+            def on_sample(index, sample, phase=phase):
+                _emit(proto, event="sample", index=index, summary=sample.summary()[:300])
+
             try:
                 result = check_opinfo(ops[oid], device, dtype, phase, seed=seed,
-                                      max_samples=max_samples)
+                                      max_samples=max_samples, on_sample=on_sample)
             except Exception as exc:  # a bug of the runner itself, not of the op
                 result = {"status": "error", "native": None, "fallback_ops": [],
                           "detail": f"runner: {type(exc).__name__}: {exc}", "samples": {}}

@@ -40,7 +40,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 __all__ = ["run_opinfo", "OpInfoReport", "compare_baseline", "list_opinfos", "main",
            "STATUSES", "PHASES"]
@@ -339,13 +339,15 @@ def _run_job(worker: _Worker, job: dict, timeout: float) -> tuple[dict, bool]:
     """{phase: result} of one op; (results, worker still alive)."""
     results: dict[str, dict] = {}
     worker.send(job)
-    current = None
+    current, sample = None, None
     try:
         while True:
             event = worker.next_event(timeout)
             kind = event.get("event")
             if kind == "begin":
-                current = event["phase"]
+                current, sample = event["phase"], None
+            elif kind == "sample":
+                sample = event
             elif kind == "end":
                 result = event["result"]
                 result["seconds"] = event.get("seconds")
@@ -355,7 +357,8 @@ def _run_job(worker: _Worker, job: dict, timeout: float) -> tuple[dict, bool]:
                 return results, True
     except WorkerDied as died:
         phase = current or next((p for p in job["phases"] if p not in results), job["phases"][0])
-        results[phase] = _crash(died.detail)
+        where = f" in sample {sample['index']}: {sample['summary']}" if sample else ""
+        results[phase] = _crash(died.detail + where)
         for later in job["phases"]:
             if later not in results:
                 results[later] = {"status": "skip", "detail": f"not run: the {phase} crashed",
