@@ -173,6 +173,42 @@ class OpInfoReport:
         return "\n".join(head) + "\n"
 
 
+    def failure_groups(self) -> dict[str, list[tuple[str, str, str, str]]]:
+        """Failures grouped the way kernel authors act on them:
+        {"crash" | "native-kernel mismatch" | "native-kernel error" |
+         "fallback mismatch" | "fallback error": [(op, dtype, phase, detail)]}.
+        native/fallback is that of the first failing sample (the fallback ops
+        it hit are named in the detail)."""
+        groups: dict[str, list] = {k: [] for k in (
+            "crash", "native-kernel mismatch", "native-kernel error", "fallback mismatch",
+            "fallback error")}
+        for row in self.rows:
+            for phase in self.phases:
+                r = row.get(phase)
+                if not r or r["status"] not in FAILING:
+                    continue
+                detail = r.get("detail") or ""
+                if r["status"] == "crash":
+                    groups["crash"].append((row["op"], row["dtype"], phase, detail))
+                    continue
+                used = r.get("failing_sample_fallback_ops") or []
+                kind = f"{'fallback' if used else 'native-kernel'} {r['status']}"
+                if used:
+                    detail = f"[fallback: {', '.join(used)}] {detail}"
+                groups[kind].append((row["op"], row["dtype"], phase, detail))
+        return groups
+
+    def failures_markdown(self) -> str:
+        """The failures, grouped (failure_groups), one line per op and phase."""
+        lines = [f"# OpInfo failures on {self.device}", "", self.summary_text(), ""]
+        for group, items in self.failure_groups().items():
+            lines.append(f"## {group} ({len(items)})")
+            lines += [f"- `{op}` [{dtype}, {phase}]: {detail[:400]}"
+                      for op, dtype, phase, detail in items] or ["- none"]
+            lines.append("")
+        return "\n".join(lines)
+
+
 def _pct(value) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
@@ -519,6 +555,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-samples", type=int, help="at most this many samples per op")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the report as a Markdown table")
+    p.add_argument("--failures", metavar="FILE",
+                   help="write the failures, grouped (crash, native-kernel / fallback "
+                        "mismatch / error), as Markdown")
     p.add_argument("--baseline", metavar="FILE",
                    help="compare with this baseline: exit 1 on regressions, list improvements")
     p.add_argument("--write-baseline", metavar="FILE", help="write this run as a baseline file")
@@ -547,6 +586,9 @@ def run_cli(args) -> int:
     if args.markdown:
         Path(args.markdown).write_text(report.markdown())
         print(f"Markdown table written to {args.markdown}")
+    if args.failures:
+        Path(args.failures).write_text(report.failures_markdown())
+        print(f"failures written to {args.failures}")
     if args.write_baseline:
         Path(args.write_baseline).write_text(json.dumps(baseline_file(report), indent=1,
                                                         sort_keys=True) + "\n")
