@@ -261,8 +261,14 @@ def _grads(op, sample, seed: int):
     if not outs:
         return None
     gen = torch.Generator().manual_seed(seed)
-    # drawn in float32 whatever the dtype, so a float64 twin gets the same weights
-    weights = [torch.randn(t.shape, generator=gen).to(device=t.device, dtype=t.dtype) for t in outs]
+    # Drawn in float32 whatever the dtype, so a float64 twin gets the same
+    # weights; outside any dispatch mode, so _is_random does not see the
+    # runner's own draws as the op's.
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        weights = [torch.randn(t.shape, generator=gen).to(device=t.device, dtype=t.dtype)
+                   for t in outs]
     grads = torch.autograd.grad(outs, inputs, weights, allow_unused=True, materialize_grads=True)
     return grads
 
