@@ -3,8 +3,6 @@ crash and hang isolation, report and baseline formats. It runs deliberately
 misbehaving OpInfos (tests/fixtures/opinfo_fake_ops.py) on acme."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,11 +26,11 @@ def _acme_or_skip():
 
 @pytest.fixture(scope="module")
 def fake_report():
-    """One run of every fake op, forward and grad, on one worker (the crash and
-    hang ops kill it twice, so this also shows the run goes on)."""
+    """One run of every fake op, forward and grad (the crash and hang ops kill
+    their worker, so this also shows the run goes on)."""
     device = _acme_or_skip()
     lines = []
-    report = opinfo.run_opinfo(device, op_db=FAKE_OPS, phases=["forward", "grad"], workers=1,
+    report = opinfo.run_opinfo(device, op_db=FAKE_OPS, phases=["forward", "grad"], workers=2,
                                timeout=10, progress=lines.append)
     return report, lines
 
@@ -148,24 +146,22 @@ def test_op_selection_and_subset():
         assert any(i.startswith(family) for i in sub), family
 
 
-def test_cli_exit_codes_and_files(tmp_path):
+def test_cli_exit_codes_and_files(tmp_path, capsys):
     _acme_or_skip()
-    out = tmp_path / "r.json"
-    base = tmp_path / "base.json"
-    cmd = [sys.executable, "-m", "flsdk.cli", "conformance", "--opinfo", "--op-db", FAKE_OPS,
-           "--ops", "fake_pass", "--ops", "fake_fallback", "--quiet", "--workers", "1"]
-    done = subprocess.run(cmd + ["--json", str(out), "--write-baseline", str(base),
-                                 "--markdown", str(tmp_path / "r.md")],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert "forward float32       2 tested: pass 100.0%, native 50.0%" in done.stdout
+    from flsdk.cli import main
+
+    out, base, md = tmp_path / "r.json", tmp_path / "base.json", tmp_path / "r.md"
+    args = ["conformance", "--opinfo", "--op-db", FAKE_OPS, "--ops", "fake_pass",
+            "--ops", "fake_fallback", "--quiet", "--workers", "1"]
+    assert main(args + ["--json", str(out), "--write-baseline", str(base),
+                        "--markdown", str(md)]) == 0
+    printed = capsys.readouterr().out
+    assert "forward float32       2 tested: pass 100.0%, native 50.0%" in printed
     assert json.loads(out.read_text())["summary"]["forward"]["float32"]["counts"]["pass"] == 2
-    assert (tmp_path / "r.md").read_text().startswith("# OpInfo conformance: acme:0")
-    # below a native floor -> exit 1; same baseline -> no regression
-    done = subprocess.run(cmd + ["--baseline", str(base), "--min-native", "75"],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 1
-    assert "0 regression(s)" in done.stdout and "native 50.0% is below 75.0%" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "flsdk.cli", "conformance"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "choose a suite: --opinfo" in done.stderr
+    assert md.read_text().startswith("# OpInfo conformance: acme:0")
+    # the same baseline: no regression; below a native floor: exit 1
+    assert main(args + ["--baseline", str(base), "--min-native", "75"]) == 1
+    printed = capsys.readouterr().out
+    assert "0 regression(s)" in printed and "native 50.0% is below 75.0%" in printed
+    assert main(["conformance"]) == 2
+    assert "choose a suite: --opinfo" in capsys.readouterr().err
