@@ -8,8 +8,10 @@ with the command below when they are real).
         --write-baseline examples/acme_backend/tests/opinfo_baseline.json
 
 The default run is a stratified subset, forward only, at most 25 samples per
-op (about a quarter of the ops, every op family); --run-slow runs every op,
-forward and gradients, and checks the goal of issue #8.
+op (about a quarter of the ops, every op family; ~1 min on 2 cores); fewer
+samples can also report an op as "now native" when only a later sample falls
+back. --run-slow runs every op, forward and gradients (~10 min with two
+workers), and checks the goal of issue #8.
 """
 
 import json
