@@ -1,4 +1,5 @@
-"""The `flsdk` command: new-backend, gen, check, ops, doctor, compare, readiness.
+"""The `flsdk` command: new-backend, gen, check, ops, doctor, compare, readiness,
+conformance.
 
 User mistakes (bad specs, bad arguments) print one clear message and exit 2;
 a Python traceback means a bug in flsdk.
@@ -228,6 +229,14 @@ def cmd_readiness(args) -> int:
 
     return run_readiness(args)
 
+def cmd_conformance(args) -> int:
+    if not args.opinfo:
+        return _err("conformance: choose a suite: --opinfo (PyTorch's OpInfo op_db on "
+                    "the device; the generated per-op tests run with `pytest tests`)")
+    from torch_fl.testing.opinfo import run_cli
+
+    return run_cli(args)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flsdk", description="Generate and inspect PyTorch "
@@ -288,6 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=1e-3)
     p.add_argument("--rtol", type=float, default=1e-3)
     p.set_defaults(func=cmd_readiness)
+
+    p = sub.add_parser("conformance", help="run PyTorch's OpInfo suite on a device vs CPU "
+                       "(acceptance test of a backend)")
+    p.add_argument("--opinfo", action="store_true",
+                   help="the OpInfo suite: every op of torch's op_db, device vs CPU")
+    from torch_fl.testing.opinfo import add_arguments  # no torch import at parse time
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_conformance)
     return parser
 
 

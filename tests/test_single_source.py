@@ -21,7 +21,10 @@ ACME = REPO / "examples" / "acme_backend"
 
 
 def _impl_ops(cpp: str) -> list[str]:
-    return re.findall(r'm\.impl\("([^"]+)"', cpp)
+    """Ops registered in the dense PrivateUse1 block (the SparsePrivateUse1 block
+    registers ATen's sparse layout kernels, a separate fact)."""
+    block = cpp.split("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {", 1)[1].split("\n}", 1)[0]
+    return re.findall(r'm\.impl\("([^"]+)"', block)
 
 
 # --- the glue op list -----------------------------------------------------------

@@ -1,0 +1,167 @@
+"""The OpInfo runner itself (torch_fl.testing.opinfo): status classification,
+crash and hang isolation, report and baseline formats. It runs deliberately
+misbehaving OpInfos (tests/fixtures/opinfo_fake_ops.py) on acme."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest")  # torch.testing._internal needs it
+
+from torch_fl.testing import opinfo  # noqa: E402
+
+FAKE_OPS = str(Path(__file__).parent / "fixtures" / "opinfo_fake_ops.py") + ":OPS"
+
+
+def _acme_or_skip():
+    from torch_fl import _backends
+
+    device = _backends.first_device()
+    if device is None:
+        pytest.skip("no flsdk backend device installed")
+    return device
+
+
+@pytest.fixture(scope="module")
+def fake_report():
+    """One run of every fake op, forward and grad (the crash and hang ops kill
+    their worker, so this also shows the run goes on)."""
+    device = _acme_or_skip()
+    lines = []
+    report = opinfo.run_opinfo(device, op_db=FAKE_OPS, phases=["forward", "grad"], workers=2,
+                               timeout=10, progress=lines.append)
+    return report, lines
+
+
+def _row(report, name):
+    (row,) = [r for r in report.rows if r["op"] == f"fake_{name}"]
+    return row
+
+
+def test_classifies_each_kind_of_outcome(fake_report):
+    report, _ = fake_report
+    expect = {  # op -> (forward status, grad status)
+        "pass": ("pass", "pass"),
+        "crash": ("crash", "skip"),
+        "mismatch": ("mismatch", "pass"),  # x + 1 on the device: wrong values, right gradient
+        "error": ("error", "error"),
+        "hang": ("crash", "skip"),
+        "cpu_error": ("skip", "skip"),
+        "sample_error": ("skip", "skip"),
+        "random": ("skip", "skip"),
+        "no_grad": ("pass", "skip"),
+        "grad_mismatch": ("pass", "mismatch"),
+        "fallback": ("pass", "skip"),       # special.zeta has no derivative formula in torch
+        "no_autograd": ("pass", "skip"),
+    }
+    got = {name: (_row(report, name)["forward"]["status"], _row(report, name)["grad"]["status"])
+           for name in expect}
+    assert got == expect
+
+
+def test_details_name_what_went_wrong(fake_report):
+    report, _ = fake_report
+    assert _row(report, "crash")["forward"]["detail"].startswith("worker killed by SIGSEGV")
+    assert _row(report, "crash")["grad"]["detail"] == "not run: the forward crashed"
+    assert "timed out after 10 s" in _row(report, "hang")["forward"]["detail"]
+    error = _row(report, "error")["forward"]["detail"]
+    assert error == "sample 0: RuntimeError: boom on the device"  # first line only
+    assert "Tensor-likes are not close" in _row(report, "mismatch")["forward"]["detail"]
+    assert "every sample raises on the CPU: ValueError" in _row(report, "cpu_error")["forward"]["detail"]
+    assert "sample_inputs raises on the CPU" in _row(report, "sample_error")["forward"]["detail"]
+    assert "random op" in _row(report, "random")["forward"]["detail"]
+    assert "autograd" in _row(report, "no_grad")["grad"]["detail"]
+    assert "does not support autograd" in _row(report, "no_autograd")["grad"]["detail"]
+
+
+def test_native_or_fallback_from_the_backend_log(fake_report):
+    report, _ = fake_report
+    native = _row(report, "pass")["forward"]
+    assert native["native"] is True and native["fallback_ops"] == []
+    fallback = _row(report, "fallback")["forward"]
+    assert fallback["native"] is False
+    assert any("zeta" in op for op in fallback["fallback_ops"]), fallback
+    assert _row(report, "crash")["forward"]["native"] is None  # unknown
+
+
+def test_summary_counts_and_shares(fake_report):
+    report, lines = fake_report
+    s = report.summary()["forward"]["float32"]
+    assert s["ops"] == 12
+    assert s["counts"] == {"pass": 5, "mismatch": 1, "error": 1, "crash": 2, "skip": 3}
+    assert s["tested"] == 9
+    assert s["pass_pct"] == round(100 * 5 / 9, 2)
+    # ran without the fallback: pass, mismatch, error, no_grad, grad_mismatch, no_autograd
+    assert s["native_pct"] == round(100 * 6 / 9, 2)
+    assert any("12/12 ops done" in line for line in lines)
+    assert any("fake_crash [float32]: forward crash" in line for line in lines)
+
+
+def test_report_formats(fake_report, tmp_path):
+    report, _ = fake_report
+    path = tmp_path / "r.json"
+    report.to_json(path)
+    data = json.loads(path.read_text())
+    assert data["suite"] == "opinfo" and data["phases"] == ["forward", "grad"]
+    assert {r["op"] for r in data["ops"]} == {r["op"] for r in report.rows}
+    assert set(data["ops"][0]["forward"]) >= {"status", "detail", "native", "fallback_ops",
+                                              "samples", "seconds"}
+    md = report.markdown()
+    assert "| forward | float32 | 9 | 55.6% | 66.7% | 5 | 1 | 1 | 2 | 3 |" in md
+    assert "| `fake_crash` | float32 | crash |" in md
+    assert "| `fake_fallback` | float32 | pass | fallback: " in md
+    failures = report.markdown(failures_only=True)
+    assert "`fake_crash`" in failures and "`fake_pass`" not in failures
+
+
+def test_baseline_regressions_and_improvements(fake_report):
+    report, _ = fake_report
+    baseline = opinfo.baseline_file(report)
+    assert baseline["ops"]["fake_pass|float32|forward"] == {"status": "pass", "native": True}
+    assert opinfo.compare_baseline(report, baseline) == ([], [])
+    # the baseline says mismatch passed and pass was a mismatch; fallback was native
+    baseline["ops"]["fake_mismatch|float32|forward"]["status"] = "pass"
+    baseline["ops"]["fake_pass|float32|forward"]["status"] = "mismatch"
+    baseline["ops"]["fake_fallback|float32|forward"]["native"] = True
+    baseline["ops"]["fake_crash|float32|forward"]["status"] = "error"
+    regressions, improvements = opinfo.compare_baseline(report, baseline)
+    assert [r.split(":")[0] for r in regressions] == [
+        "fake_crash|float32|forward", "fake_fallback|float32|forward",
+        "fake_mismatch|float32|forward"]
+    assert improvements == ["fake_pass|float32|forward: was mismatch, now pass"]
+
+
+def test_op_selection_and_subset():
+    ids = opinfo.list_opinfos(FAKE_OPS, ["fake_*rror"])
+    assert ids == ["fake_error", "fake_cpu_error", "fake_sample_error"]
+    with pytest.raises(ValueError, match="no OpInfo matches 'nope'"):
+        opinfo.list_opinfos(FAKE_OPS, ["nope"])
+    torch_ids = opinfo.list_opinfos()
+    assert len(torch_ids) > 500 and "nn.functional.conv2d" in torch_ids
+    sub = opinfo.stratified_subset(torch_ids, 10)
+    assert len(torch_ids) // 12 < len(sub) < len(torch_ids) // 8
+    for family in ("nn.functional.", "linalg.", "special.", "fft."):
+        assert any(i.startswith(family) for i in sub), family
+
+
+def test_cli_exit_codes_and_files(tmp_path, capsys):
+    _acme_or_skip()
+    from flsdk.cli import main
+
+    out, base, md = tmp_path / "r.json", tmp_path / "base.json", tmp_path / "r.md"
+    args = ["conformance", "--opinfo", "--op-db", FAKE_OPS, "--ops", "fake_pass",
+            "--ops", "fake_fallback", "--quiet", "--workers", "1"]
+    assert main(args + ["--json", str(out), "--write-baseline", str(base),
+                        "--markdown", str(md)]) == 0
+    printed = capsys.readouterr().out
+    assert "forward float32       2 tested: pass 100.0%, native 50.0%" in printed
+    assert json.loads(out.read_text())["summary"]["forward"]["float32"]["counts"]["pass"] == 2
+    assert md.read_text().startswith("# OpInfo conformance: acme:0")
+    # the same baseline: no regression; below a native floor: exit 1
+    assert main(args + ["--baseline", str(base), "--min-native", "75"]) == 1
+    printed = capsys.readouterr().out
+    assert "0 regression(s)" in printed and "native 50.0% is below 75.0%" in printed
+    assert main(["conformance"]) == 2
+    assert "choose a suite: --opinfo" in capsys.readouterr().err
