@@ -30,10 +30,8 @@ GLUE_KERNELS = {
     "_fused_sdp_choice": "fused_sdp_choice",
     "_has_compatible_shallow_copy_type": "has_compatible_shallow_copy_type",
     "record_stream": "record_stream",
-    # Complex <-> real pairs are views of the same bytes, whatever the device
-    # computes (the CPU fallback cannot return views): ATen's own view kernels.
-    "view_as_complex": "at::native::view_as_complex",
-    "view_as_real": "at::native::view_as_real",
+    "view_as_complex": "view_as_complex_view",
+    "view_as_real": "view_as_real_view",
 }
 
 GLUE_OPS = tuple(GLUE_KERNELS)
