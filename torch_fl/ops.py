@@ -327,7 +327,8 @@ def _cpu_can_run(name: str) -> bool:
     composite that CPU dispatch reaches)?"""
     import torch
 
-    qualified = "aten::" + name
+    # The tracer names aten ops bare and other namespaces' ops in full.
+    qualified = name if "::" in name else "aten::" + name
     try:
         has = torch._C._dispatch_has_kernel_for_dispatch_key
         return any(has(qualified, key) for key in

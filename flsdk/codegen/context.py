@@ -162,9 +162,9 @@ def _dtype_set(dtypes) -> str:
 def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes,
                  not_passed: frozenset[str] = frozenset(), custom: bool = False) -> list[str]:
     """Lines sending a call whose dtypes the kernel does not list to the CPU
-    fallback (custom ops, which have no CPU kernel, fail naming op, device and
-    dtypes). Tested-dtype arguments, `ScalarType` arguments and scalars must
-    be in the op's dtypes, other tensors in the device's (device.yaml `dtypes`:
+    fallback (custom and device-only ops, which have no CPU kernel, fail naming
+    op, device and dtypes). Tested-dtype arguments and scalars must be in the op's dtypes,
+    `ScalarType` arguments and other tensors in the device's (device.yaml `dtypes`:
     what it computes natively). `not_passed`: arguments the kernel never sees
     (the out= buffer a variant wrapper copies the result into)."""
     terms = []
@@ -173,7 +173,13 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
             continue
         if _tensor_like(arg.type):
             terms.append(f"computes({'op_dtypes' if arg.name in tested else 'kDeviceDtypes'}, {arg.name})")
-        elif _base_is(arg.type, BaseTy.ScalarType) or _base_is(arg.type, BaseTy.Scalar):
+        elif _base_is(arg.type, BaseTy.ScalarType):
+            # A dtype argument names a result or accumulation dtype, not the dtype
+            # the kernel reads (log_softmax's backward gets the forward input's
+            # bf16 under autocast while it computes in float32): the device must
+            # compute it, the op's list is about its tensors.
+            terms.append(f"computes(kDeviceDtypes, {arg.name})")
+        elif _base_is(arg.type, BaseTy.Scalar):
             terms.append(f"computes(op_dtypes, {arg.name})")
     if not terms:
         return []
@@ -181,8 +187,8 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
     condition = " && ".join(terms)
     if custom:
         lines.append(f'TORCH_CHECK_TYPE({condition}, kBackendName, ": {func.name}: an argument\'s dtype is '
-                     f'not among the op\'s dtypes ({", ".join(op_dtypes)}) and custom ops have no CPU '
-                     f'fallback");')
+                     f'not among the op\'s dtypes ({", ".join(op_dtypes)}) and the op has no CPU '
+                     f'kernel to fall back to");')
         return lines
     args = ", ".join(a.name for a in func.schema_order_arguments())  # the dispatcher's order
     lines.append(f"if (!({condition}))")
@@ -194,7 +200,9 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
                         op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
-    route = _dtype_route(func, name, args_of_tested_dtype(spec, func), op_dtypes, custom=spec.is_custom)
+    # Custom and device-only ops (no CPU kernel) cannot fall back: an unlisted dtype is an error.
+    no_cpu_kernel = spec.is_custom or spec.op.partition(".")[0] in DEVICE_ONLY_OPS or spec.op in DEVICE_ONLY_OPS
+    route = _dtype_route(func, name, args_of_tested_dtype(spec, func), op_dtypes, custom=no_cpu_kernel)
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),

@@ -36,25 +36,9 @@ import real_model_zoo as zoo
 DEVICE = "acme"
 PRECISIONS = {"float32": None, "bf16-autocast": torch.bfloat16}
 
-# The causes, as acme reports them today (2026-12-01), and who is fixing them.
-BIASED_CONV_AUTOCAST = (
-    "bf16 autocast on acme does not cast a convolution's bias: 'RuntimeError: Input type "
-    "(c10::BFloat16) and bias type (float) should be the same' (autocast policy, issue #8 item 2)")
-INDEX_PUT_FALLBACK = (
-    "_index_put_impl_ (index_put_ with accumulate=True, the backward of relative position bias "
-    "and of embedding-style indexing) runs on the CPU fallback (native index ops, issue #8 item 3)")
-FUSED_RNN_CELLS = (
-    "nn.LSTM/nn.GRU on acme dispatch to aten::_thnn_fused_lstm_cell/_thnn_fused_gru_cell, which "
-    "have no CPU kernel for the fallback: NotImplementedError (fused RNN cells, issue #8 item 3)")
-CONV3D = (
-    "acme: convolution_overrideable: only 1-d and 2-d convolutions are supported, got 5-d input "
-    "(3-D conv/pool/norm, issue #8 item 3)")
-
-_BIASED_CONV_MODELS = ["tv-mobilenet_v3_small", "tv-efficientnet_b0", "tv-convnext", "tv-regnet_y_400mf",
-                       "tv-squeezenet1_1", "tv-deeplabv3_mobilenet_v3", "tv-fcn_resnet50",
-                       "timm-convnext_atto", "timm-efficientnet_b0", "timm-maxvit_pico", "hf-whisper"]
-_INDEX_PUT_MODELS = ["tv-swin", "tv-swin_v2", "timm-maxvit_pico", "timm-levit_128s", "hf-whisper"]
-
+# Empty: the causes found first (bf16 conv bias under autocast, _index_put_impl_ on
+# the fallback, fused RNN cells, 3-d convolution) are fixed; add (model, precision)
+# -> [cause] with _known() when a new model finds one, and remove it once fixed.
 # (model, precision) -> every cause that makes it fail today (a run reports the
 # first it hits; the mark stays until all are fixed).
 KNOWN_FAILURES: dict[tuple[str, str], list[str]] = {}
@@ -66,10 +50,6 @@ def _known(names, precisions, cause):
             KNOWN_FAILURES.setdefault((name, precision), []).append(cause)
 
 
-_known(_BIASED_CONV_MODELS, ["bf16-autocast"], BIASED_CONV_AUTOCAST)
-_known(_INDEX_PUT_MODELS, PRECISIONS, INDEX_PUT_FALLBACK)
-_known(["nn-lstm", "nn-bilstm", "nn-gru"], PRECISIONS, FUSED_RNN_CELLS)
-_known(["tv-r3d_18"], PRECISIONS, CONV3D)
 
 
 def _params():
