@@ -188,3 +188,14 @@ def test_as_strided_on_a_partial_view_matches_cpu_forward_and_backward(storage_o
     assert offset_acme == offset_cpu == 5
     assert torch.equal(out_acme, out_cpu)
     assert torch.equal(grad_acme, grad_cpu)
+
+
+def test_conjugate_views_run_on_the_fallback_without_recursing():
+    # A conj view of a complex device tensor moved to the CPU used to recurse
+    # (resolve on the device -> clone -> fallback -> resolve ...) until SIGSEGV.
+    x = torch.randn(3, dtype=torch.complex64)
+    d = x.to("acme:0")
+    torch.testing.assert_close(d.conj().cpu(), x.conj())
+    r = torch.randn(5, 6, 7)
+    torch.testing.assert_close(torch.fft.ifft(r.to("acme:0"), n=10, dim=1).cpu(),
+                               torch.fft.ifft(r, n=10, dim=1))

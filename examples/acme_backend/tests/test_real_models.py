@@ -36,12 +36,19 @@ import real_model_zoo as zoo
 DEVICE = "acme"
 PRECISIONS = {"float32": None, "bf16-autocast": torch.bfloat16}
 
-# Empty: the causes found first (bf16 conv bias under autocast, _index_put_impl_ on
-# the fallback, fused RNN cells, 3-d convolution) are fixed; add (model, precision)
-# -> [cause] with _known() when a new model finds one, and remove it once fixed.
+# The causes found first (bf16 conv bias under autocast, _index_put_impl_ on the
+# fallback, fused RNN cells, 3-d convolution) are fixed; what is left is below.
 # (model, precision) -> every cause that makes it fail today (a run reports the
 # first it hits; the mark stays until all are fixed).
 KNOWN_FAILURES: dict[tuple[str, str], list[str]] = {}
+
+# acme's autocast is CUDA's policy (issue #8); CPU's autocast casts fewer ops to
+# bf16, so a model whose step is sensitive to that differs by more than the
+# comparison allows. Measured 2026-12-01: EfficientNet-B0 loss 3.896 vs 4.040 on CPU
+# (3.6 %); MaxViT's relative-position MLP bias gradient 1.0e-2 off float64 on acme
+# vs 2e-15 on CPU (CPU keeps that path in float32).
+POLICY_DIFFERS = ("acme follows CUDA's autocast policy, CPU autocast keeps more ops in float32: "
+                  "the bf16 step differs beyond the comparison's tolerance")
 
 
 def _known(names, precisions, cause):
@@ -50,6 +57,7 @@ def _known(names, precisions, cause):
             KNOWN_FAILURES.setdefault((name, precision), []).append(cause)
 
 
+_known(["tv-efficientnet_b0", "timm-maxvit_pico"], ["bf16-autocast"], POLICY_DIFFERS)
 
 
 def _params():
@@ -100,7 +108,14 @@ def test_real_model_trains_natively_and_matches_cpu(name, precision):
     log = torch_fl.get_fallback_log()
     assert log == [], f"{name} ({precision}) fell back to CPU: " + ", ".join(
         f"{e['op']} x{e['count']}" for e in log)
-    cpu = zoo.train_step(case, model, "cpu", autocast)
+    try:
+        cpu = zoo.train_step(case, model, "cpu", autocast)
+    except RuntimeError as e:
+        if "could not create a primitive" not in str(e):
+            raise
+        # acme's step ran (and fell back nowhere); CPU's own reference does not
+        # (oneDNN has no bf16 LSTM primitive on CPUs without bf16 instructions)
+        pytest.skip(f"the CPU reference step fails on this CPU, nothing to compare with: {e}")
 
     rel = 3e-2 if autocast else 1e-4
     assert abs(dev.loss - cpu.loss) <= rel * max(1.0, abs(cpu.loss)), (
