@@ -1,7 +1,7 @@
 // acme vendor runtime: the "driver" of the simulated acme chip.
 //
 // This is the library a chip vendor would ship on its own, independent of
-// PyTorch (no torch includes here or in acme_runtime.cpp). It has a CUDA-like
+// PyTorch (no torch includes here or in its sources, see internal.h). It has a CUDA-like
 // C API; the flsdk runtime adapter (adapter.cpp) maps flsdk's generated
 // interface (generated/runtime_adapter.h) onto it.
 //

@@ -11,7 +11,10 @@ find_package(Threads REQUIRED)
 set(ACME_RUNTIME_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 add_library(acme_runtime STATIC
-  ${ACME_RUNTIME_DIR}/acme_runtime.cpp
+  ${ACME_RUNTIME_DIR}/device.cpp
+  ${ACME_RUNTIME_DIR}/memory.cpp
+  ${ACME_RUNTIME_DIR}/stream.cpp
+  ${ACME_RUNTIME_DIR}/options.cpp
   ${ACME_RUNTIME_DIR}/adapter.cpp
 )
 set_target_properties(acme_runtime PROPERTIES POSITION_INDEPENDENT_CODE ON)

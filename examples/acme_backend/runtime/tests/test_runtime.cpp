@@ -2,7 +2,7 @@
 // interface (acme::runtime::*), plus a few micro-benchmarks.
 //
 // Built and run by tests/test_acme_runtime.py:
-//   g++ -O1 -std=c++20 -pthread -fPIC -I runtime runtime/acme_runtime.cpp
+//   g++ -O1 -std=c++20 -pthread -fPIC -I runtime runtime/{device,memory,stream,options}.cpp
 //       runtime/adapter.cpp runtime/tests/test_runtime.cpp
 // Prints "PASS <name>" / "FAIL <name>: ..." per test, "bench: ..." lines and
 // a summary "acme runtime tests: N passed, M failed"; exit 0 iff M == 0.

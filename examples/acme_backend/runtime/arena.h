@@ -1,0 +1,230 @@
+// acme vendor runtime: one device's memory (internal, see internal.h).
+#pragma once
+
+#include "errors.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace acme_internal {
+
+// One device's memory: a reserved mapping and a best-fit allocator over it.
+// Allocator metadata lives outside the arena, so protect mode never has to
+// open the arena for malloc/free.
+class Arena {
+ public:
+  Arena(int index, size_t capacity, size_t alignment)
+      : index_(index), align_(alignment) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    cap_ = capacity / alignment * alignment;  // usable bytes
+    // Over-reserve when alignment exceeds a page so the base can be aligned.
+    map_len_ = round_up(cap_ + (alignment > page ? alignment : 0), page);
+    void* m = mmap(nullptr, map_len_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED) {
+      map_ = nullptr;
+      return;
+    }
+    map_ = static_cast<char*>(m);
+    base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(map_), alignment));
+    free_by_off_.emplace(0, cap_);
+    free_by_size_.emplace(cap_, 0);
+    free_bytes_ = cap_;
+  }
+  ~Arena() {
+    if (map_) munmap(map_, map_len_);
+  }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  bool ok() const { return map_ != nullptr; }
+  size_t capacity() const { return cap_; }
+  bool contains(const void* p) const {
+    auto c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + cap_;
+  }
+
+  // Opens (read/write) or closes (no access) the whole arena.
+  void set_access(bool open) {
+    if (mprotect(map_, map_len_, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+      // Only fails on kernel resource exhaustion; carrying on would make
+      // protect mode lie, so stop loudly.
+      std::fprintf(stderr, "acme: mprotect of device %d arena failed: %s\n", index_,
+                   std::strerror(errno));
+      std::abort();
+    }
+  }
+
+  acmeError_t allocate(size_t bytes, void** out) {
+    if (bytes > cap_) return oom(bytes, "larger than the device");
+    const size_t need = round_up(bytes, align_);
+    std::lock_guard<std::mutex> lk(mu_);
+    // Best fit: the smallest free block that holds `need`.
+    auto it = free_by_size_.lower_bound({need, 0});
+    if (it == free_by_size_.end()) return oom_locked(bytes);
+    const size_t size = it->first, off = it->second;
+    free_by_size_.erase(it);
+    free_by_off_.erase(off);
+    if (size > need) {
+      free_by_off_.emplace(off + need, size - need);
+      free_by_size_.emplace(size - need, off + need);
+    }
+    used_.emplace(off, Block{need, bytes});
+    free_bytes_ -= need;
+    peak_used_ = std::max(peak_used_, cap_ - free_bytes_);
+    *out = base_ + off;
+    return acmeSuccess;
+  }
+
+  acmeError_t release(void* p) {
+    if (!contains(p))
+      return fail(acmeErrorInvalidValue,
+                  "acme: free(%p) on device %d: pointer is not in this device's memory", p,
+                  index_);
+    const size_t off = static_cast<size_t>(static_cast<char*>(p) - base_);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = used_.find(off);
+    if (it == used_.end())
+      return fail(acmeErrorInvalidValue,
+                  "acme: free(%p) on device %d: not the start of a live allocation "
+                  "(double free, or an interior pointer)",
+                  p, index_);
+    size_t start = off, size = it->second.size;
+    used_.erase(it);
+    free_bytes_ += size;
+    release_pages(start, size);
+    // Coalesce with the free neighbours on both sides.
+    auto next = free_by_off_.lower_bound(start);
+    if (next != free_by_off_.end() && next->first == start + size) {
+      size += next->second;
+      free_by_size_.erase({next->second, next->first});
+      next = free_by_off_.erase(next);
+    }
+    if (next != free_by_off_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        size += prev->second;
+        free_by_size_.erase({prev->second, prev->first});
+        free_by_off_.erase(prev);
+      }
+    }
+    free_by_off_.emplace(start, size);
+    free_by_size_.emplace(size, start);
+    return acmeSuccess;
+  }
+
+  // Checks that [p, p+n) lies inside one live allocation (its requested
+  // size, not the alignment padding).
+  acmeError_t check_range(const void* p, size_t n, const char* role) const {
+    const size_t off = static_cast<size_t>(static_cast<const char*>(p) - base_);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = used_.upper_bound(off);
+    if (it == used_.begin())
+      return fail(acmeErrorInvalidValue, "acme: memcpy %s %p is not in a live allocation of device %d",
+                  role, p, index_);
+    --it;
+    const size_t end = it->first + it->second.requested;
+    if (off >= end)
+      return fail(acmeErrorInvalidValue, "acme: memcpy %s %p is not in a live allocation of device %d",
+                  role, p, index_);
+    if (n > end - off)
+      return fail(acmeErrorInvalidValue,
+                  "acme: memcpy %s range [%p, +%zu) overruns its allocation on device %d "
+                  "(%zu bytes left from %p)",
+                  role, p, n, index_, end - off, p);
+    return acmeSuccess;
+  }
+
+  void info(size_t* free_bytes, size_t* total) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    *free_bytes = free_bytes_;
+    *total = cap_;
+  }
+
+  bool idle() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return used_.empty();
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lk(mu_);
+    peak_used_ = cap_ - free_bytes_;
+  }
+
+  std::string json() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+    char buf[384];
+    std::snprintf(buf, sizeof buf,
+                  "{\"index\": %d, \"capacity\": %zu, \"free\": %zu, \"used\": %zu, "
+                  "\"peak_used\": %zu, \"live_allocations\": %zu, \"free_blocks\": %zu, "
+                  "\"largest_free_block\": %zu}",
+                  index_, cap_, free_bytes_, cap_ - free_bytes_, peak_used_, used_.size(),
+                  free_by_off_.size(), largest);
+    return buf;
+  }
+
+ private:
+  struct Block {
+    size_t size;       // rounded to the alignment
+    size_t requested;  // what the caller asked for
+  };
+
+  static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+  acmeError_t oom(size_t bytes, const char* why) const {
+    size_t f, t;
+    info(&f, &t);
+    return fail_str(acmeErrorMemoryAllocation,
+                    "acme: out of memory on device " + std::to_string(index_) + ": requested " +
+                        human_bytes(bytes) + " (" + why + "); " + human_bytes(f) +
+                        " free of " + human_bytes(t) + " capacity");
+  }
+  acmeError_t oom_locked(size_t bytes) const {
+    const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+    return fail_str(acmeErrorMemoryAllocation,
+                    "acme: out of memory on device " + std::to_string(index_) + ": requested " +
+                        human_bytes(bytes) + "; " + human_bytes(free_bytes_) + " free of " +
+                        human_bytes(cap_) + " capacity, largest free block " +
+                        human_bytes(largest));
+  }
+
+  // Gives the physical pages of a large freed block back to the OS, so a
+  // simulated device that once held a big tensor does not keep host RAM.
+  // Only whole pages strictly inside the block: neighbours may share pages.
+  void release_pages(size_t off, size_t size) {
+    constexpr size_t kMin = 1 << 20;
+    if (size < kMin) return;
+    const uintptr_t page = 4096;
+    uintptr_t b = round_up(reinterpret_cast<uintptr_t>(base_ + off), page);
+    uintptr_t e = (reinterpret_cast<uintptr_t>(base_ + off + size)) / page * page;
+    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  }
+
+  int index_;
+  size_t align_;
+  size_t cap_ = 0;
+  char* map_ = nullptr;
+  size_t map_len_ = 0;
+  char* base_ = nullptr;
+  mutable std::mutex mu_;
+  std::map<size_t, size_t> free_by_off_;             // offset -> size
+  std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset)
+  std::map<size_t, Block> used_;                      // offset -> block
+  size_t free_bytes_ = 0;
+  size_t peak_used_ = 0;
+};
+
+}  // namespace acme_internal

@@ -1,0 +1,207 @@
+// acme vendor runtime: device memory. malloc/free/memory info on a device's
+// arena (arena.h), and every copy, each checked against the arenas.
+#include "internal.h"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+using namespace acme_internal;
+
+namespace {
+
+const char* kind_name(acmeMemcpyKind k) {
+  switch (k) {
+    case acmeMemcpyHostToHost: return "HostToHost";
+    case acmeMemcpyHostToDevice: return "HostToDevice";
+    case acmeMemcpyDeviceToHost: return "DeviceToHost";
+    case acmeMemcpyDeviceToDevice: return "DeviceToDevice";
+  }
+  return "?";
+}
+
+// Device index whose arena holds p, or -1.
+int owner_of(const void* p) {
+  Runtime& r = rt();
+  for (int i = 0; i < static_cast<int>(r.arenas.size()); ++i)
+    if (r.arenas[i]->contains(p)) return i;
+  return -1;
+}
+
+// Validates one side of a copy. `dev` >= 0: device memory of that device
+// (-2: device memory of any device); -1: host memory.
+acmeError_t check_side(const void* p, size_t n, int dev, const char* role, acmeMemcpyKind kind) {
+  Runtime& r = rt();
+  if (p == nullptr) return fail(acmeErrorInvalidValue, "acme: memcpy %s is null", role);
+  const int owner = owner_of(p);
+  if (dev == -1) {
+    if (owner >= 0)
+      return fail(acmeErrorInvalidValue,
+                  "acme: memcpy %s %p is device memory of device %d, but the copy kind %s "
+                  "says host",
+                  role, p, owner, kind_name(kind));
+    return acmeSuccess;
+  }
+  if (owner < 0 || (dev >= 0 && owner != dev)) {
+    if (owner < 0)
+      return fail(acmeErrorInvalidValue,
+                  "acme: memcpy %s %p is not device memory (copy kind %s)", role, p,
+                  kind_name(kind));
+    return fail(acmeErrorInvalidValue,
+                "acme: memcpy %s %p is memory of device %d, expected device %d", role, p,
+                owner, dev);
+  }
+  return r.arenas[owner]->check_range(p, n, role);
+}
+
+acmeError_t validate_copy(void* dst, const void* src, size_t bytes, acmeMemcpyKind kind,
+                          int device) {
+  switch (kind) {
+    case acmeMemcpyHostToHost:
+      if (auto e = check_side(dst, bytes, -1, "destination", kind)) return e;
+      return check_side(src, bytes, -1, "source", kind);
+    case acmeMemcpyHostToDevice:
+      if (auto e = check_side(dst, bytes, device, "destination", kind)) return e;
+      return check_side(src, bytes, -1, "source", kind);
+    case acmeMemcpyDeviceToHost:
+      if (auto e = check_side(dst, bytes, -1, "destination", kind)) return e;
+      return check_side(src, bytes, device, "source", kind);
+    case acmeMemcpyDeviceToDevice:
+      if (auto e = check_side(dst, bytes, device, "destination", kind)) return e;
+      return check_side(src, bytes, -2, "source", kind);
+  }
+  return fail(acmeErrorInvalidValue, "acme: invalid memcpy kind %d", static_cast<int>(kind));
+}
+
+void count_copy(acmeMemcpyKind kind, size_t bytes) {
+  Stats& s = rt().stats;
+  s.copies++;
+  s.copy_bytes += bytes;
+  switch (kind) {
+    case acmeMemcpyHostToHost: s.h2h++; break;
+    case acmeMemcpyHostToDevice: s.h2d++; break;
+    case acmeMemcpyDeviceToHost: s.d2h++; break;
+    case acmeMemcpyDeviceToDevice: s.d2d++; break;
+  }
+}
+
+void raw_copy(void* dst, const void* src, size_t bytes, bool touches_device) {
+  if (touches_device) {
+    DeviceScope scope;
+    std::memmove(dst, src, bytes);
+  } else {
+    std::memmove(dst, src, bytes);
+  }
+}
+
+acmeError_t injected_copy_fault() {
+  Runtime& r = rt();
+  if (uint64_t i = r.faults.hit(1)) {
+    r.stats.injected_memcpy++;
+    return fail(acmeErrorRuntime,
+                "acme: injected memcpy fault (fault_memcpy=%g, fault_seed=%llu, memcpy call #%llu)",
+                r.faults.rate[1].load(), static_cast<unsigned long long>(r.faults.seed.load()),
+                static_cast<unsigned long long>(i));
+  }
+  return acmeSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+acmeError_t acmeMalloc(int device, void** ptr, size_t bytes) {
+  if (!ptr) return fail(acmeErrorInvalidValue, "acme: malloc: null output pointer");
+  *ptr = nullptr;
+  if (auto e = check_alive(device)) return e;
+  Runtime& r = rt();
+  if (bytes == 0) return acmeSuccess;
+  if (uint64_t i = r.faults.hit(0)) {
+    r.stats.injected_malloc++;
+    r.stats.malloc_failures++;
+    return fail(acmeErrorMemoryAllocation,
+                "acme: injected malloc fault on device %d (requested %zu bytes; "
+                "fault_malloc=%g, fault_seed=%llu, malloc call #%llu)",
+                device, bytes, r.faults.rate[0].load(),
+                static_cast<unsigned long long>(r.faults.seed.load()),
+                static_cast<unsigned long long>(i));
+  }
+  acmeError_t e = r.arenas[device]->allocate(bytes, ptr);
+  if (e) {
+    r.stats.malloc_failures++;
+    return e;
+  }
+  r.stats.mallocs++;
+  r.stats.malloc_bytes += bytes;
+  return acmeSuccess;
+}
+
+acmeError_t acmeFree(int device, void* ptr) {
+  if (auto e = check_device(device)) return e;
+  if (!ptr) return acmeSuccess;
+  Runtime& r = rt();
+  if (!r.arenas[device]->contains(ptr)) {
+    const int owner = owner_of(ptr);
+    if (owner >= 0)
+      return fail(acmeErrorInvalidValue,
+                  "acme: free(%p) on device %d: the pointer belongs to device %d", ptr, device,
+                  owner);
+  }
+  if (auto e = r.arenas[device]->release(ptr)) return e;
+  r.stats.frees++;
+  return acmeSuccess;
+}
+
+acmeError_t acmeMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  if (auto e = check_device(device)) return e;
+  if (!free_bytes || !total_bytes)
+    return fail(acmeErrorInvalidValue, "acme: memory_info: null output pointer");
+  rt().arenas[device]->info(free_bytes, total_bytes);
+  return acmeSuccess;
+}
+
+acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpyKind kind,
+                            int device, acmeStream_t stream) {
+  // A host-to-host copy names no device; accept any index there.
+  if (kind != acmeMemcpyHostToHost || stream) {
+    if (auto e = check_alive(device)) return e;
+  } else if (rt().count.load() == 0) {
+    return check_device(device);
+  }
+  std::shared_ptr<acmeStream_st> s;
+  if (stream)
+    if (auto e = find_stream(device, stream, &s)) return e;
+  if (bytes == 0) return acmeSuccess;
+  if (auto e = validate_copy(dst, src, bytes, kind, device)) return e;
+  if (auto e = injected_copy_fault()) return e;
+  count_copy(kind, bytes);
+  const bool dev = kind != acmeMemcpyHostToHost;
+  if (!s) {
+    raw_copy(dst, src, bytes, dev);
+    return acmeSuccess;
+  }
+  if (!s->push([=] { raw_copy(dst, src, bytes, dev); }, "memcpy")) return destroyed(s);
+  return acmeSuccess;
+}
+
+acmeError_t acmeMemcpy(void* dst, const void* src, size_t bytes, acmeMemcpyKind kind,
+                       int device) {
+  return acmeMemcpyAsync(dst, src, bytes, kind, device, nullptr);
+}
+
+acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           size_t bytes) {
+  if (auto e = check_alive(dst_device)) return e;
+  if (auto e = check_alive(src_device)) return e;
+  if (bytes == 0) return acmeSuccess;
+  if (auto e = check_side(dst, bytes, dst_device, "destination", acmeMemcpyDeviceToDevice))
+    return e;
+  if (auto e = check_side(src, bytes, src_device, "source", acmeMemcpyDeviceToDevice)) return e;
+  if (auto e = injected_copy_fault()) return e;
+  count_copy(acmeMemcpyDeviceToDevice, bytes);
+  rt().stats.peer++;
+  raw_copy(dst, src, bytes, true);
+  return acmeSuccess;
+}
+
+}  // extern "C"

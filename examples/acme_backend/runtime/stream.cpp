@@ -1,0 +1,300 @@
+// acme vendor runtime: streams, events and kernel launch. The null stream
+// runs work inline; a created stream queues it on its own worker thread (stream.h).
+#include "internal.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+namespace acme_internal {
+
+std::atomic<uint64_t> g_fork_epoch{0};
+
+acmeError_t find_stream(int device, acmeStream_t s, std::shared_ptr<acmeStream_st>* out) {
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lk(r.reg_mu);
+    auto it = r.streams.find(s);
+    if (it != r.streams.end()) *out = it->second;
+  }
+  if (!*out)
+    return fail(acmeErrorInvalidValue, "acme: %p is not a live acme stream (destroyed?)",
+                static_cast<void*>(s));
+  if ((*out)->fork_epoch != g_fork_epoch.load(std::memory_order_relaxed))
+    return fail(acmeErrorRuntime,
+                "acme: stream #%llu was created before fork(); its worker thread does not "
+                "exist in this child process (create new streams after forking)",
+                static_cast<unsigned long long>((*out)->id));
+  if ((*out)->device != device)
+    return fail(acmeErrorInvalidValue, "acme: stream #%llu belongs to device %d, not device %d",
+                static_cast<unsigned long long>((*out)->id), (*out)->device, device);
+  return acmeSuccess;
+}
+
+acmeError_t find_event(acmeEvent_t e, std::shared_ptr<acmeEvent_st>* out) {
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lk(r.reg_mu);
+    auto it = r.events.find(e);
+    if (it != r.events.end()) *out = it->second;
+  }
+  if (!*out)
+    return fail(acmeErrorInvalidValue, "acme: %p is not a live acme event (destroyed?)",
+                static_cast<void*>(e));
+  return acmeSuccess;
+}
+
+acmeError_t destroyed(const std::shared_ptr<acmeStream_st>& s) {
+  return fail(acmeErrorInvalidValue, "acme: stream #%llu was destroyed while work was being queued on it",
+              static_cast<unsigned long long>(s->id));
+}
+
+
+}  // namespace acme_internal
+
+using namespace acme_internal;
+
+extern "C" {
+
+// ---- streams ----------------------------------------------------------------
+
+acmeError_t acmeStreamCreate(int device, acmeStream_t* stream) {
+  if (!stream) return fail(acmeErrorInvalidValue, "acme: stream_create: null output pointer");
+  *stream = nullptr;
+  if (auto e = check_device(device)) return e;
+  Runtime& r = rt();
+  auto s = std::make_shared<acmeStream_st>();
+  s->device = device;
+  s->fork_epoch = g_fork_epoch.load();
+  try {
+    s->worker = std::thread([p = s.get()] { p->run(); });
+  } catch (const std::system_error& ex) {
+    return fail(acmeErrorRuntime, "acme: stream_create: cannot start a worker thread: %s",
+                ex.what());
+  }
+  std::lock_guard<std::mutex> lk(r.reg_mu);
+  s->id = r.next_id++;
+  r.streams.emplace(s.get(), s);
+  *stream = s.get();
+  return acmeSuccess;
+}
+
+acmeError_t acmeStreamDestroy(int device, acmeStream_t stream) {
+  if (auto e = check_device(device)) return e;
+  if (!stream) return fail(acmeErrorInvalidValue, "acme: stream_destroy: the default stream cannot be destroyed");
+  Runtime& r = rt();
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = find_stream(device, stream, &s)) return e;
+  if (s->on_worker())
+    return fail(acmeErrorRuntime, "acme: stream_destroy: called from work running on stream #%llu",
+                static_cast<unsigned long long>(s->id));
+  {
+    std::lock_guard<std::mutex> lk(r.reg_mu);
+    if (r.streams.erase(stream) == 0)  // lost a race with another destroy
+      return fail(acmeErrorInvalidValue, "acme: %p is not a live acme stream (destroyed?)",
+                  static_cast<void*>(stream));
+  }
+  std::string err = s->drain();
+  s->shutdown();
+  if (!err.empty()) {
+    std::lock_guard<std::mutex> lk(r.reg_mu);
+    if (r.orphan_errors[device].empty())
+      r.orphan_errors[device] = err + " (stream destroyed before the error was reported)";
+  }
+  return acmeSuccess;
+}
+
+acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
+  if (auto e = check_alive(device)) return e;
+  if (!stream) return acmeSuccess;  // default stream work already ran inline
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = find_stream(device, stream, &s)) return e;
+  if (s->on_worker())
+    return fail(acmeErrorRuntime,
+                "acme: stream_synchronize called from work running on stream #%llu itself "
+                "(would deadlock)",
+                static_cast<unsigned long long>(s->id));
+  std::string err = s->drain();
+  if (!err.empty()) return fail_str(acmeErrorRuntime, std::move(err));
+  return acmeSuccess;
+}
+
+acmeError_t acmeStreamQuery(int device, acmeStream_t stream, int* idle) {
+  if (!idle) return fail(acmeErrorInvalidValue, "acme: stream_query: null output pointer");
+  if (auto e = check_device(device)) return e;
+  if (!stream) {
+    *idle = 1;
+    return acmeSuccess;
+  }
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = find_stream(device, stream, &s)) return e;
+  *idle = s->idle() ? 1 : 0;
+  return acmeSuccess;
+}
+
+acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t event) {
+  if (auto e = check_device(device)) return e;
+  std::shared_ptr<acmeEvent_st> ev;
+  if (auto e = find_event(event, &ev)) return e;
+  std::shared_ptr<acmeStream_st> s;
+  if (stream)
+    if (auto e = find_stream(device, stream, &s)) return e;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lk(ev->mu);
+    gen = ev->recorded;
+  }
+  if (gen == 0) return acmeSuccess;  // never recorded: nothing to wait for
+  if (!s) {
+    ev->wait(gen);
+    return acmeSuccess;
+  }
+  if (!s->push([ev, gen] { ev->wait(gen); }, "wait for event")) return destroyed(s);
+  return acmeSuccess;
+}
+
+// ---- events -----------------------------------------------------------------
+
+acmeError_t acmeEventCreate(int device, acmeEvent_t* event) {
+  if (!event) return fail(acmeErrorInvalidValue, "acme: event_create: null output pointer");
+  *event = nullptr;
+  if (auto e = check_device(device)) return e;
+  Runtime& r = rt();
+  auto ev = std::make_shared<acmeEvent_st>();
+  ev->device = device;
+  std::lock_guard<std::mutex> lk(r.reg_mu);
+  ev->id = r.next_id++;
+  r.events.emplace(ev.get(), ev);
+  *event = ev.get();
+  return acmeSuccess;
+}
+
+// Event calls other than record accept any valid device index: the event
+// knows its device, and callers (PyTorch's guard) may only know the current one.
+acmeError_t acmeEventDestroy(int device, acmeEvent_t event) {
+  if (auto e = check_device(device)) return e;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lk(r.reg_mu);
+  // Queued markers/waits hold their own reference; the event lives until they ran.
+  if (r.events.erase(event) == 0)
+    return fail(acmeErrorInvalidValue, "acme: %p is not a live acme event (destroyed?)",
+                static_cast<void*>(event));
+  return acmeSuccess;
+}
+
+acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream) {
+  if (auto e = check_device(device)) return e;
+  std::shared_ptr<acmeEvent_st> ev;
+  if (auto e = find_event(event, &ev)) return e;
+  if (ev->device != device)
+    return fail(acmeErrorInvalidValue, "acme: event #%llu belongs to device %d, not device %d",
+                static_cast<unsigned long long>(ev->id), ev->device, device);
+  std::shared_ptr<acmeStream_st> s;
+  if (stream)
+    if (auto e = find_stream(device, stream, &s)) return e;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lk(ev->mu);
+    gen = ++ev->recorded;
+  }
+  if (!s) {
+    ev->reach(gen);  // the default stream has already done all its work
+    return acmeSuccess;
+  }
+  if (!s->push([ev, gen] { ev->reach(gen); }, "event marker")) {
+    ev->reach(gen);  // nobody would complete this record: do not leave waiters hanging
+    return destroyed(s);
+  }
+  return acmeSuccess;
+}
+
+acmeError_t acmeEventSynchronize(int device, acmeEvent_t event) {
+  if (auto e = check_device(device)) return e;
+  std::shared_ptr<acmeEvent_st> ev;
+  if (auto e = find_event(event, &ev)) return e;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lk(ev->mu);
+    gen = ev->recorded;
+  }
+  ev->wait(gen);
+  return acmeSuccess;
+}
+
+acmeError_t acmeEventQuery(int device, acmeEvent_t event, int* done) {
+  if (!done) return fail(acmeErrorInvalidValue, "acme: event_query: null output pointer");
+  if (auto e = check_device(device)) return e;
+  std::shared_ptr<acmeEvent_st> ev;
+  if (auto e = find_event(event, &ev)) return e;
+  std::lock_guard<std::mutex> lk(ev->mu);
+  *done = ev->reached >= ev->recorded ? 1 : 0;
+  return acmeSuccess;
+}
+
+acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end) {
+  if (!ms) return fail(acmeErrorInvalidValue, "acme: event_elapsed_ms: null output pointer");
+  std::shared_ptr<acmeEvent_st> a, b;
+  if (auto e = find_event(start, &a)) return e;
+  if (auto e = find_event(end, &b)) return e;
+  Clock::time_point ta, tb;
+  for (auto [ev, t, name] : {std::tuple{a.get(), &ta, "start"}, std::tuple{b.get(), &tb, "end"}}) {
+    std::lock_guard<std::mutex> lk(ev->mu);
+    if (ev->recorded == 0)
+      return fail(acmeErrorRuntime, "acme: event_elapsed_ms: the %s event was never recorded",
+                  name);
+    if (ev->reached < ev->recorded)
+      return fail(acmeErrorRuntime,
+                  "acme: event_elapsed_ms: the %s event has not completed yet (synchronize it "
+                  "first)",
+                  name);
+    *t = ev->stamp;
+  }
+  *ms = std::chrono::duration<float, std::milli>(tb - ta).count();
+  return acmeSuccess;
+}
+
+acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream, void (*fn)(void*), void* arg) {
+  if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: null function");
+  return acmeLaunch(device, stream, [fn, arg] { fn(arg); });
+}
+
+}  // extern "C"
+
+acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn) {
+  if (auto e = check_alive(device)) return e;
+  if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
+  Runtime& r = rt();
+  if (!stream) {
+    r.stats.launches++;
+    try {
+      r.stats.kernel_begins++;
+      DeviceScope scope;
+      fn();
+    } catch (const std::exception& ex) {
+      return fail(acmeErrorRuntime, "acme: kernel on the default stream of device %d failed: %s",
+                  device, ex.what());
+    } catch (...) {
+      return fail(acmeErrorRuntime,
+                  "acme: kernel on the default stream of device %d failed: unknown exception",
+                  device);
+    }
+    return acmeSuccess;
+  }
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = find_stream(device, stream, &s)) return e;
+  r.stats.launches++;
+  if (!s->push(
+          [f = std::move(fn)] {
+            rt().stats.kernel_begins++;
+            DeviceScope scope;
+            f();
+          },
+          "kernel"))
+    return destroyed(s);
+  return acmeSuccess;
+}

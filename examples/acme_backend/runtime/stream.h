@@ -1,0 +1,133 @@
+// acme vendor runtime: the stream and event handle types (internal, see
+// internal.h). acme_runtime.h's opaque acmeStream_t / acmeEvent_t point at these.
+#pragma once
+
+#include "acme_runtime.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+struct acmeStream_st {
+  int device = 0;
+  uint64_t id = 0;
+  uint64_t fork_epoch = 0;
+  std::mutex mu;
+  std::condition_variable cv_work, cv_done;
+  std::deque<std::pair<std::function<void()>, const char*>> queue;
+  uint64_t enqueued = 0, completed = 0;
+  bool stop = false;
+  std::string error;        // first unreported failure of queued work
+  uint64_t more_errors = 0;  // failures after that one
+  std::thread worker;
+
+  // False when the stream is being destroyed: a racing destroy must not
+  // leave work queued that no worker will ever run.
+  [[nodiscard]] bool push(std::function<void()> fn, const char* what) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (stop) return false;
+      queue.emplace_back(std::move(fn), what);
+      ++enqueued;
+    }
+    cv_work.notify_one();
+    return true;
+  }
+
+  void run() {
+    for (;;) {
+      std::pair<std::function<void()>, const char*> item;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv_work.wait(lk, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stop requested and drained
+        item = std::move(queue.front());
+        queue.pop_front();
+      }
+      // Queued work must never take the process down: capture, report later.
+      std::string err;
+      try {
+        item.first();
+      } catch (const std::exception& e) {
+        err = e.what();
+        if (err.empty()) err = "std::exception with an empty message";
+      } catch (...) {
+        err = "unknown exception (not derived from std::exception)";
+      }
+      item.first = nullptr;  // drop captures before reporting completion
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        ++completed;
+        if (!err.empty()) {
+          if (error.empty())
+            error = "acme: " + std::string(item.second) + " on stream #" + std::to_string(id) +
+                    " of device " + std::to_string(device) + " failed: " + err;
+          else
+            ++more_errors;
+        }
+      }
+      cv_done.notify_all();
+    }
+  }
+
+  bool on_worker() const { return worker.get_id() == std::this_thread::get_id(); }
+
+  // Waits for everything queued so far; returns and clears the error.
+  std::string drain() {
+    std::unique_lock<std::mutex> lk(mu);
+    const uint64_t target = enqueued;
+    cv_done.wait(lk, [&] { return completed >= target; });
+    std::string e = std::move(error);
+    if (!e.empty() && more_errors)
+      e += " (and " + std::to_string(more_errors) + " later failure(s) on this stream)";
+    error.clear();
+    more_errors = 0;
+    return e;
+  }
+
+  bool idle() {
+    std::lock_guard<std::mutex> lk(mu);
+    return completed == enqueued;
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv_work.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+};
+
+struct acmeEvent_st {
+  int device = 0;
+  uint64_t id = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0;  // generation of the latest record
+  uint64_t reached = 0;   // highest generation reached so far
+  std::chrono::steady_clock::time_point stamp;
+
+  void reach(uint64_t gen) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (gen > reached) {
+        reached = gen;
+        stamp = std::chrono::steady_clock::now();
+      }
+    }
+    cv.notify_all();
+  }
+  void wait(uint64_t gen) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return reached >= gen; });
+  }
+};
