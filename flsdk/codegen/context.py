@@ -23,15 +23,22 @@ from .glue import GLUE_KERNELS, GLUE_OPS
 from .kernel_scan import STUB_MARKER, KernelScan
 
 
-# The generated C++ files, each rendered from templates/cpp/<name>.j2 into
-# generated/<name>, plus the registration shards (register_shard_count); the .cpp files
-# among them are the glue sources the build compiles.
+# The C++ files of generated/, plus the registration shards (register_shard_count);
+# the .cpp files among them are the glue sources the build compiles, in this order.
 GENERATED_CPP = (
     "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
     "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "fallback.h", "fallback.cpp",
     "kernels.h", "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
     "autocast.cpp", "python_module.cpp",
 )
+# The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
+# verbatim (the namespace and device facts come from the generated device_config.h),
+# so it compiles and lints where it is written. The others vary per backend and are
+# rendered from templates/cpp/<name>.j2.
+STATIC_GLUE = frozenset({
+    "runtime_adapter.h", "backend.h", "runtime_init.cpp", "allocator.h", "allocator.cpp",
+    "guard.cpp", "hooks.cpp", "fallback.h", "native_ops.h", "python_module.cpp",
+})
 
 # The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
@@ -58,12 +65,14 @@ def register_shard(op: str, count: int) -> int:
 
 @dataclass(frozen=True)
 class Output:
-    """One generated file: the template rendered, where it goes, and what it
-    needs beyond BackendContext.values."""
+    """One generated file: the template rendered (or, with `static`, the file
+    flsdk/static_glue/<template> copied verbatim), where it goes, and what the
+    template needs beyond BackendContext.values."""
 
     template: str
     path: str
     extra: dict
+    static: bool = False
 
 
 @dataclass
@@ -350,7 +359,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "kernels.h": {"kernels": kernel_sigs},
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
-    outputs = [Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {})) for name in GENERATED_CPP]
+    outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
+               else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
+               for name in GENERATED_CPP]
     shards = register_shard_count(len(wrappers) + len(custom_wrappers))
     for shard in range(shards):
         mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]

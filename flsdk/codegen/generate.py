@@ -24,6 +24,7 @@ from .kernel_scan import scan_kernels
 from .writer import GeneratedWriter, WriteReport, atomic_write, with_header
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+STATIC_GLUE = Path(__file__).resolve().parent.parent / "static_glue"
 LOCK_FILE = "generated/ops.lock.json"
 
 
@@ -56,6 +57,11 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["tojson"] = lambda value: json.dumps(value)
     return env
+
+
+def static_glue(name: str) -> str:
+    """The text of flsdk/static_glue/<name>, which generated/<name> repeats after its header."""
+    return (STATIC_GLUE / name).read_text()
 
 
 def _drift(root: Path, backend: Backend, torch_version: str) -> list[str]:
@@ -115,6 +121,12 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     result.skipped_variants = ctx.skipped_variants
     sources = "device.yaml and op specs"
     for out in ctx.outputs:
+        if out.static:
+            source = f"flsdk/static_glue/{out.template}"
+            writer.write(out.path, with_header(out.path, static_glue(out.template),
+                                               f"{source}, copied verbatim",
+                                               f"change {source} in flsdk"))
+            continue
         body = env.get_template(out.template).render(header="", header_py="", header_cmake="",
                                                      **ctx.values, **out.extra)
         writer.write(out.path, with_header(out.path, body.lstrip("\n"), sources))

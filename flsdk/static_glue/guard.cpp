@@ -1,11 +1,10 @@
-{{ header }}
 // Device guard: current device, streams and events for c10 and torch.accelerator.
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "backend.h"
 
-namespace {{ ns }} {
+namespace FLSDK_BACKEND_NS {
 namespace {
 
 struct EventHandle {
@@ -150,4 +149,4 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl)
 
-}  // namespace {{ ns }}
+}  // namespace FLSDK_BACKEND_NS

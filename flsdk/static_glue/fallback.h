@@ -1,4 +1,3 @@
-{{ header }}
 // The CPU fallback's switches and its log, for the Python module.
 #pragma once
 
@@ -6,12 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "device_config.h"
+
 namespace c10 {
 class OperatorHandle;
 struct IValue;
 }  // namespace c10
 
-namespace {{ ns }}::fallback {
+namespace FLSDK_BACKEND_NS::fallback {
 
 // Runs `op` on the CPU: device inputs copied to the host, the CPU kernel,
 // results copied back, logged; honours the mode and the deny list. A boxed
@@ -34,4 +35,4 @@ void set_deny_list(const std::vector<std::string>& ops);
 std::vector<std::string> deny_list();
 void set_warn(bool warn_once_per_op);
 
-}  // namespace {{ ns }}::fallback
+}  // namespace FLSDK_BACKEND_NS::fallback

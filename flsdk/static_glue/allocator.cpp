@@ -1,4 +1,3 @@
-{{ header }}
 // Caching device allocator on the vendor runtime's malloc/free.
 //
 // Device malloc is slow on real chips, so freed blocks are kept and reused.
@@ -25,7 +24,7 @@
 #include "backend.h"
 #include "device_config.h"
 
-namespace {{ ns }}::allocator {
+namespace FLSDK_BACKEND_NS::allocator {
 namespace {
 
 using c10::CachingDeviceAllocator::DeviceStats;
@@ -548,4 +547,4 @@ std::vector<SegmentInfo> snapshot() { return g_allocator->snapshot(); }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, g_allocator)
 
-}  // namespace {{ ns }}::allocator
+}  // namespace FLSDK_BACKEND_NS::allocator

@@ -1,4 +1,3 @@
-{{ header }}
 // Configuration and inspection of the caching device allocator.
 #pragma once
 
@@ -7,7 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace {{ ns }}::allocator {
+#include "device_config.h"
+
+namespace FLSDK_BACKEND_NS::allocator {
 
 // Parses "key:value,key:value" (the same syntax as the environment variable
 // named in device.yaml) and applies it; throws naming the bad key or value.
@@ -29,4 +30,4 @@ struct SegmentInfo {
 };
 std::vector<SegmentInfo> snapshot();
 
-}  // namespace {{ ns }}::allocator
+}  // namespace FLSDK_BACKEND_NS::allocator

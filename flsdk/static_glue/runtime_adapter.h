@@ -1,4 +1,3 @@
-{{ header }}
 // The device-runtime adapter: the only device-facing code the vendor writes
 // (in runtime/adapter.cpp). Everything that touches PyTorch's C++ API is
 // generated on top of these calls. Keep this header free of torch includes.
@@ -8,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
-namespace {{ ns }}::runtime {
+#include "device_config.h"
+
+namespace FLSDK_BACKEND_NS::runtime {
 
 enum class Status : int {
   Ok = 0,
@@ -77,4 +78,4 @@ std::string get_option(const char* key);
 // Message of the last failed call on this thread.
 const char* last_error();
 
-}  // namespace {{ ns }}::runtime
+}  // namespace FLSDK_BACKEND_NS::runtime

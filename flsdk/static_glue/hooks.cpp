@@ -1,4 +1,3 @@
-{{ header }}
 // PrivateUse1 hooks (what ATen asks of a device backend), the per-device
 // random generators, and the host (pinned) memory allocator.
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,7 +13,7 @@
 
 #include "backend.h"
 
-namespace {{ ns }} {
+namespace FLSDK_BACKEND_NS {
 namespace {
 
 // The simulated device draws random numbers on the host with the same
@@ -208,4 +207,4 @@ struct Registration {
 Registration g_registration;
 
 }  // namespace
-}  // namespace {{ ns }}
+}  // namespace FLSDK_BACKEND_NS

@@ -1,4 +1,3 @@
-{{ header }}
 // Starting the vendor runtime, device selection and stream bookkeeping.
 #include <atomic>
 #include <cctype>
@@ -10,7 +9,7 @@
 #include "backend.h"
 #include "device_config.h"
 
-namespace {{ ns }} {
+namespace FLSDK_BACKEND_NS {
 namespace {
 
 std::mutex g_init_mutex;
@@ -188,4 +187,4 @@ c10::Stream pool_stream(c10::DeviceIndex index) {
   return pools[slot][next[slot]++ % kPoolSize];
 }
 
-}  // namespace {{ ns }}
+}  // namespace FLSDK_BACKEND_NS

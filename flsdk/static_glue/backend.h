@@ -1,5 +1,4 @@
-{{ header }}
-// Internal API shared by the generated glue files of the {{ ns }} backend.
+// Internal API shared by the generated glue files of the backend.
 // Only light c10 headers here: every glue file includes this.
 #pragma once
 
@@ -10,12 +9,14 @@
 #include <cstddef>
 #include <string>
 
+#include "device_config.h"
 #include "runtime_adapter.h"
 
-namespace {{ ns }} {
+namespace FLSDK_BACKEND_NS {
 
 constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
-constexpr const char* kBackendName = "{{ ns }}";
+// The device string (e.g. "acme"), from device.yaml `name`.
+using config::kBackendName;
 
 // Starts the vendor runtime once (device count and memory capacity from
 // device.yaml, overridable through the environment). Throws on failure.
@@ -53,4 +54,4 @@ struct KernelScope {
   KernelScope& operator=(const KernelScope&) = delete;
 };
 
-}  // namespace {{ ns }}
+}  // namespace FLSDK_BACKEND_NS
