@@ -1,9 +1,7 @@
 // acme activation kernels and their backward kernels.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 

@@ -13,6 +13,7 @@
 #include <ATen/ops/empty.h>
 
 #include "gemm.h"
+#include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
 
@@ -37,11 +38,9 @@ AttnShape attn_shape(const char* op, const at::Tensor& q, const at::Tensor& k, c
   for (const at::Tensor* t : {&q, &k, &v}) {
     ACME_CHECK_T(t->dim() == 4, op, *t, "expected 4-d (batch, heads, seq, dim) tensors, got ",
                  t->sizes());
-    if (!(cm::dtype_bit(t->scalar_type()) & nn::kNNFloat))
-      cm::fail_dtype(op, t->device(), t->scalar_type(), nn::kNNFloat);
+    nn::check_float(op, *t);
     ACME_CHECK_T(t->scalar_type() == q.scalar_type(), op, *t,
                  "query, key and value must have the same dtype");
-    cm::check_same_device(op, q, *t, "key/value");
   }
   AttnShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   ACME_CHECK(k.size(0) == s.B && v.size(0) == s.B && k.size(1) == s.H && v.size(1) == s.H, op,

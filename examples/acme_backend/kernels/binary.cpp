@@ -3,9 +3,7 @@
 // CPU 0-dim tensors (wrapped Python scalars) are read on the host.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <cmath>
 #include <limits>

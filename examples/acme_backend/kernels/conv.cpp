@@ -19,6 +19,7 @@
 #include <ATen/ops/empty.h>
 
 #include "gemm.h"
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <array>
@@ -279,12 +280,32 @@ void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* s
 }
 
 void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
-  cm::check_same_device(op, ref, t, arg);
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
+  nn::check_float(op, t);
   ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
                "' to have the dtype of input (", cm::dtype_name(ref.scalar_type()), ")");
+}
+
+// What forward and backward check alike: a 1-, 2- or 3-d convolution (3- to 5-d
+// input), a weight of the input's rank, both of one float dtype. Returns the
+// number of spatial dims.
+int64_t check_conv_operands(const char* op, const at::Tensor& input, const at::Tensor& weight) {
+  const int64_t sd = input.dim() - 2;
+  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
+               "3-d convolution), got ", input.dim(), "-d input");
+  ACME_CHECK_T(weight.dim() == input.dim(), op, weight, "weight must be ", input.dim(),
+               "-d, got ", weight.sizes());
+  check_conv_dtype(op, input, input, "input");
+  check_conv_dtype(op, input, weight, "weight");
+  return sd;
+}
+
+// The output's channels and spatial sizes (a transposed convolution's output is
+// the geometry's input side).
+struct ConvOut {
+  int64_t C, D, H, W;
+};
+ConvOut conv_out_dims(const ConvGeom& g, bool transposed) {
+  return transposed ? ConvOut{g.C, g.D, g.H, g.W} : ConvOut{g.O, g.Do, g.Ho, g.Wo};
 }
 
 // Geometry from the 5-d input-side/weight shapes (as5d views) and parameters.
@@ -358,13 +379,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
                                       at::IntArrayRef dilation, bool transposed,
                                       at::IntArrayRef output_padding, int64_t groups) {
   const char* op = "convolution_overrideable";
-  const int64_t sd = input.dim() - 2;
-  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
-               "3-d convolution), got ", input.dim(), "-d input");
-  ACME_CHECK_T(weight.dim() == input.dim(), op, weight, "weight must be ", input.dim(),
-               "-d, got ", weight.sizes());
-  check_conv_dtype(op, input, input, "input");
-  check_conv_dtype(op, input, weight, "weight");
+  const int64_t sd = check_conv_operands(op, input, weight);
   const bool has_bias = bias.has_value() && bias->defined();
   if (has_bias) {
     check_conv_dtype(op, input, *bias, "bias");
@@ -372,9 +387,8 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   const at::Tensor in5 = as5d(input), w5 = as5d(weight);
   const ConvGeom g = make_geom(op, in5, w5, stride, padding, dilation, transposed,
                                output_padding, groups, sd);
-  const int64_t outC = transposed ? g.C : g.O;
-  const int64_t oD = transposed ? g.D : g.Do;
-  const int64_t oH = transposed ? g.H : g.Ho, oW = transposed ? g.W : g.Wo;
+  const ConvOut o = conv_out_dims(g, transposed);
+  const int64_t outC = o.C, oD = o.D, oH = o.H, oW = o.W;
   if (has_bias) {
     ACME_CHECK_T(bias->dim() == 1 && bias->size(0) == outC, op, *bias, "bias must have shape [",
                  outC, "], got ", bias->sizes());
@@ -415,21 +429,16 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, ::std::array<bool, 3> output_mask) {
   const char* op = "convolution_backward_overrideable";
-  const int64_t sd = input.dim() - 2;
-  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
-               "3-d convolution), got ", input.dim(), "-d input");
-  ACME_CHECK_T(weight.dim() == input.dim() && grad_output.dim() == input.dim(), op, weight,
-               "weight and grad_output must be ", input.dim(), "-d");
-  check_conv_dtype(op, input, input, "input");
-  check_conv_dtype(op, input, weight, "weight");
+  const int64_t sd = check_conv_operands(op, input, weight);
+  ACME_CHECK_T(grad_output.dim() == input.dim(), op, grad_output, "grad_output must be ",
+               input.dim(), "-d, got ", grad_output.sizes());
   check_conv_dtype(op, input, grad_output, "grad_output");
   const at::Tensor in5 = as5d(input), w5 = as5d(weight), go5 = as5d(grad_output);
   const ConvGeom g = make_geom(op, in5, w5, stride, padding, dilation, transposed,
                                output_padding, groups, sd);
   {
-    const int64_t outC = transposed ? g.C : g.O;
-    const int64_t oD = transposed ? g.D : g.Do;
-    const int64_t oH = transposed ? g.H : g.Ho, oW = transposed ? g.W : g.Wo;
+    const ConvOut o = conv_out_dims(g, transposed);
+    const int64_t outC = o.C, oD = o.D, oH = o.H, oW = o.W;
     ACME_CHECK_T(go5.size(0) == g.N && go5.size(1) == outC && go5.size(2) == oD &&
                      go5.size(3) == oH && go5.size(4) == oW,
                  op, grad_output, "grad_output has shape ", grad_output.sizes(),

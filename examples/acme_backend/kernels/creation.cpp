@@ -2,9 +2,7 @@
 // tril/triu_indices, fill.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <cmath>
@@ -24,18 +25,8 @@ namespace cm = ::acme::common;
 
 enum BagMode : int64_t { kSum = 0, kMean = 1, kMax = 2 };
 
-void check_float(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
-  if (!t.defined()) return;
-  cm::check_same_device(op, ref, t, arg);
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
-}
-
 // Index tensors (int64 or int32) as a dense int64 vector.
-std::vector<int64_t> load_index(const char* op, const at::Tensor& ref, const at::Tensor& t,
-                                const char* arg) {
-  cm::check_same_device(op, ref, t, arg);
+std::vector<int64_t> load_index(const char* op, const at::Tensor& t, const char* arg) {
   const auto st = t.scalar_type();
   ACME_CHECK_T(st == c10::ScalarType::Long || st == c10::ScalarType::Int, op, t, arg,
                " must be int64 or int32");
@@ -67,9 +58,9 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
                                       int64_t num_weights, int64_t padding_idx,
                                       bool scale_grad_by_freq) {
   const char* op = "embedding_dense_backward";
-  check_float(op, grad_output, grad_output, "grad_output");
+  nn::check_float(op, grad_output);
   ACME_CHECK(num_weights >= 0, op, "num_weights must be non-negative, got ", num_weights);
-  const auto idx = load_index(op, grad_output, indices, "indices");
+  const auto idx = load_index(op, indices, "indices");
   const int64_t n = static_cast<int64_t>(idx.size());
   ACME_CHECK_T(grad_output.dim() >= 1, op, grad_output, "grad_output must have an embedding dim");
   const int64_t D = grad_output.size(-1);
@@ -108,7 +99,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
   const char* op = "_embedding_bag";
   (void)scale_grad_by_freq;  // only affects the backward
   (void)sparse;
-  check_float(op, weight, weight, "weight");
+  nn::check_float(op, weight);
   ACME_CHECK_T(weight.dim() == 2, op, weight, "weight must be 2-d, got ", weight.sizes());
   ACME_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0 (sum), 1 (mean) or 2 (max), got ",
              mode);
@@ -116,14 +107,14 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
                "indices and offsets must be 1-d (2-d input is flattened by embedding_bag)");
   const bool has_psw = per_sample_weights.has_value() && per_sample_weights->defined();
   if (has_psw) {
-    check_float(op, weight, *per_sample_weights, "per_sample_weights");
+    nn::check_float(op, *per_sample_weights);
     ACME_CHECK(mode == kSum, op, "per_sample_weights are only supported for mode 'sum'");
     ACME_CHECK_T(per_sample_weights->numel() == indices.numel(), op, *per_sample_weights,
                  "per_sample_weights must have one weight per index");
   }
   const int64_t V = weight.size(0), D = weight.size(1);
-  const auto idx = load_index(op, weight, indices, "indices");
-  const auto offs = load_index(op, weight, offsets, "offsets");
+  const auto idx = load_index(op, indices, "indices");
+  const auto offs = load_index(op, offsets, "offsets");
   const int64_t n = static_cast<int64_t>(idx.size());
   const int64_t B = include_last_offset ? std::max<int64_t>(0, offsets.numel() - 1) : offsets.numel();
   // padding_idx < 0 means "none" here (F.embedding_bag already wrapped negatives).
@@ -201,13 +192,13 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
                                            const ::std::optional<at::Tensor>& per_sample_weights,
                                            int64_t padding_idx) {
   const char* op = "_embedding_bag_dense_backward";
-  check_float(op, grad, grad, "grad");
+  nn::check_float(op, grad);
   ACME_CHECK_T(grad.dim() == 2, op, grad, "grad must be 2-d (bags, dim), got ", grad.sizes());
   ACME_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0, 1 or 2, got ", mode);
   const int64_t B = grad.size(0), D = grad.size(1);
-  const auto idx = load_index(op, grad, indices, "indices");
-  const auto o2b = load_index(op, grad, offset2bag, "offset2bag");
-  const auto bs = load_index(op, grad, bag_size, "bag_size");
+  const auto idx = load_index(op, indices, "indices");
+  const auto o2b = load_index(op, offset2bag, "offset2bag");
+  const auto bs = load_index(op, bag_size, "bag_size");
   const int64_t n = static_cast<int64_t>(idx.size());
   ACME_CHECK(mode == kMax || static_cast<int64_t>(o2b.size()) == n, op,
              "offset2bag must have one entry per index (", n, "), got ", o2b.size());
@@ -229,7 +220,7 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
       return scale_grad_by_freq ? Acc(1) / static_cast<Acc>(counts[k]) : Acc(1);
     };
     if (mode == kMax) {
-      const auto mi = load_index(op, grad, maximum_indices, "maximum_indices");
+      const auto mi = load_index(op, maximum_indices, "maximum_indices");
       ACME_CHECK(static_cast<int64_t>(mi.size()) == B * D, op, "maximum_indices must be (bags, dim)");
       for (int64_t b = 0; b < B; ++b)
         for (int64_t d = 0; d < D; ++d) {
@@ -267,9 +258,9 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
 at::Tensor& k_embedding_renorm_(at::Tensor& self, const at::Tensor& indices, double max_norm,
                                 double norm_type) {
   const char* op = "embedding_renorm_";
-  check_float(op, self, self, "self");
+  nn::check_float(op, self);
   ACME_CHECK_T(self.dim() == 2, op, self, "self must be 2-d, got ", self.sizes());
-  const auto idx = load_index(op, self, indices, "indices");
+  const auto idx = load_index(op, indices, "indices");
   const int64_t V = self.size(0), D = self.size(1);
   if (idx.empty() || self.numel() == 0) return self;
   nn::dispatch_compute(op, self, [&](auto tag) {

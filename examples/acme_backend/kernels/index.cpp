@@ -5,9 +5,7 @@
 // that do arithmetic (scatter_add, index_add, accumulate) dispatch on dtype.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>

@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "gemm.h"
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <cmath>
@@ -51,10 +52,7 @@ struct MatSource {
 
 void check_float_operand(const char* op, const at::Tensor& ref, const at::Tensor& t,
                          const char* arg) {
-  cm::check_same_device(op, ref, t, arg);
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
+  nn::check_float(op, t);
   ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
                "' to have the same dtype as the first operand (",
                cm::dtype_name(ref.scalar_type()), ")");
@@ -83,6 +81,23 @@ at::Tensor matmul_impl(const char* op, const at::Tensor& a, const at::Tensor& m2
     ob.finish(op);
   });
   return out;
+}
+
+// baddbmm and addbmm: self + batch1 @ batch2 over 3-d batches; self broadcasts
+// to the result, which has `self_max_dim` dims (3 for baddbmm, 2 for addbmm).
+void check_batched_operands(const char* op, const at::Tensor& self, const at::Tensor& batch1,
+                            const at::Tensor& batch2, int64_t self_max_dim) {
+  ACME_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
+  ACME_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
+  check_float_operand(op, batch1, batch1, "batch1");
+  check_float_operand(op, batch1, batch2, "batch2");
+  check_float_operand(op, batch1, self, "self");
+  ACME_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
+             " vs ", batch2.size(0));
+  ACME_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
+             batch1.sizes(), " and ", batch2.sizes(), ")");
+  ACME_CHECK(self.dim() <= self_max_dim, op, "self must be at most ", self_max_dim, "-d, got ",
+             self.sizes());
 }
 
 }  // namespace
@@ -128,16 +143,7 @@ at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Ten
 at::Tensor k_baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                      const at::Scalar& beta, const at::Scalar& alpha) {
   const char* op = "baddbmm";
-  ACME_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
-  ACME_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
-  check_float_operand(op, batch1, batch1, "batch1");
-  check_float_operand(op, batch1, batch2, "batch2");
-  check_float_operand(op, batch1, self, "self");
-  ACME_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
-             " vs ", batch2.size(0));
-  ACME_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
-             batch1.sizes(), " and ", batch2.sizes(), ")");
-  ACME_CHECK(self.dim() <= 3, op, "self must be at most 3-d, got ", self.sizes());
+  check_batched_operands(op, self, batch1, batch2, 3);
   return matmul_impl(op, batch1, batch2, &self, beta.to<double>(), alpha.to<double>());
 }
 
@@ -197,8 +203,6 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
   const char* op = "addr";
   ACME_CHECK_T(vec1.dim() == 1 && vec2.dim() == 1, op, vec1, "vec1 and vec2 must be 1-d, got ",
                vec1.dim(), "-d and ", vec2.dim(), "-d");
-  cm::check_same_device(op, vec1, vec2, "vec2");
-  cm::check_same_device(op, vec1, self, "self");
   const int64_t m = vec1.size(0), n = vec2.size(0);
   ACME_CHECK_T(self.dim() <= 2 &&
                    (self.dim() < 1 || self.size(-1) == n || self.size(-1) == 1) &&
@@ -247,16 +251,7 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
 at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                     const at::Scalar& beta, const at::Scalar& alpha) {
   const char* op = "addbmm";
-  ACME_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
-  ACME_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
-  check_float_operand(op, batch1, batch1, "batch1");
-  check_float_operand(op, batch1, batch2, "batch2");
-  check_float_operand(op, batch1, self, "self");
-  ACME_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
-             " vs ", batch2.size(0));
-  ACME_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
-             batch1.sizes(), " and ", batch2.sizes(), ")");
-  ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
+  check_batched_operands(op, self, batch1, batch2, 2);
   const int64_t B = batch1.size(0), m = batch1.size(1), n = batch2.size(2);
   const double b = beta.to<double>(), a = alpha.to<double>();
   at::Tensor out = at::empty({m, n}, batch1.options());

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <algorithm>
@@ -26,14 +27,6 @@ enum Red : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 const at::Tensor& opt(const std::optional<at::Tensor>& t) {
   static const at::Tensor undefined;
   return (t.has_value() && t->defined()) ? *t : undefined;
-}
-
-void check_float(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
-  if (!t.defined()) return;
-  cm::check_same_device(op, ref, t, arg);
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
 }
 
 void check_reduction(const char* op, int64_t reduction) {
@@ -112,15 +105,15 @@ at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_outp
 }
 
 void check_pair(const char* op, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
-  check_float(op, self, self, "self");
-  check_float(op, self, target, "target");
+  nn::check_float(op, self);
+  nn::check_float(op, target);
   check_reduction(op, reduction);
 }
 
 void check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
                     const at::Tensor& target, int64_t reduction) {
   check_pair(op, self, target, reduction);
-  check_float(op, self, grad_output, "grad_output");
+  nn::check_float(op, grad_output);
 }
 
 template <class T>
@@ -160,9 +153,8 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
                                                const at::Tensor& target, const at::Tensor& weight,
                                                int64_t reduction, int64_t ignore_index,
                                                bool two_d) {
-  check_float(op, self, self, "self");
-  check_float(op, self, weight, "weight");
-  cm::check_same_device(op, self, target, "target");
+  nn::check_float(op, self);
+  nn::check_float(op, weight);
   check_reduction(op, reduction);
   const NllShape sh = nll_shape(op, self, target, two_d);
   if (weight.defined())
@@ -212,11 +204,10 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
 at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
                         const at::Tensor& target, const at::Tensor& weight, int64_t reduction,
                         int64_t ignore_index, const at::Tensor& total_weight, bool two_d) {
-  check_float(op, self, self, "self");
-  check_float(op, self, grad_output, "grad_output");
-  check_float(op, self, weight, "weight");
-  check_float(op, self, total_weight, "total_weight");
-  cm::check_same_device(op, self, target, "target");
+  nn::check_float(op, self);
+  nn::check_float(op, grad_output);
+  nn::check_float(op, weight);
+  nn::check_float(op, total_weight);
   check_reduction(op, reduction);
   const NllShape sh = nll_shape(op, self, target, two_d);
   if (reduction == kNone) {
@@ -396,7 +387,7 @@ at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& targ
   const char* op = "binary_cross_entropy";
   const at::Tensor& weight = opt(weight_);
   check_pair(op, self, target, reduction);
-  check_float(op, self, weight, "weight");
+  nn::check_float(op, weight);
   ACME_CHECK_T(self.sizes().equals(target.sizes()), op, target, "target shape ", target.sizes(),
                " differs from input shape ", self.sizes());
   const auto shape = self.sizes().vec();
@@ -425,7 +416,7 @@ at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const 
   const char* op = "binary_cross_entropy_backward";
   const at::Tensor& weight = opt(weight_);
   check_backward(op, grad_output, self, target, reduction);
-  check_float(op, self, weight, "weight");
+  nn::check_float(op, weight);
   at::Tensor gi;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
@@ -450,8 +441,8 @@ at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::
   const at::Tensor& weight = opt(weight_);
   const at::Tensor& pos_weight = opt(pos_weight_);
   check_pair(op, self, target, reduction);
-  check_float(op, self, weight, "weight");
-  check_float(op, self, pos_weight, "pos_weight");
+  nn::check_float(op, weight);
+  nn::check_float(op, pos_weight);
   auto shape = bcast(self.sizes(), target.sizes());
   if (weight.defined()) shape = bcast(shape, weight.sizes());
   if (pos_weight.defined()) shape = bcast(shape, pos_weight.sizes());
@@ -515,9 +506,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
                                const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
   const char* op = "multi_margin_loss";
   const at::Tensor& weight = opt(weight_);
-  check_float(op, self, self, "self");
-  check_float(op, self, weight, "weight");
-  cm::check_same_device(op, self, target, "target");
+  nn::check_float(op, self);
+  nn::check_float(op, weight);
   check_reduction(op, reduction);
   const int64_t pv = p.to<int64_t>();
   ACME_CHECK(pv == 1 || pv == 2, op, "only p == 1 and p == 2 supported, got ", pv);
@@ -569,8 +559,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
                                                                       const at::Tensor& target,
                                                                       int64_t reduction) {
   const char* op = "multilabel_margin_loss_forward";
-  check_float(op, self, self, "self");
-  cm::check_same_device(op, self, target, "target");
+  nn::check_float(op, self);
   check_reduction(op, reduction);
   ACME_CHECK_T(self.dim() <= 2, op, self, "expected 0-d, 1-d or 2-d input, got ", self.sizes());
   ACME_CHECK_T(target.sizes().equals(self.sizes()), op, target, "target shape ", target.sizes(),

@@ -25,6 +25,14 @@ namespace cm = ::acme::common;
 // Float dtypes every kernel in these families supports.
 constexpr unsigned kNNFloat = cm::kFloating;
 
+// The dtype check these kernels share: a defined tensor must be one of kNNFloat,
+// or the acme dtype error naming op, device and dtype. (Devices are already
+// checked by the generated wrapper: docs/architecture.md, "Wrapper -> kernel".)
+inline void check_float(const char* op, const at::Tensor& t) {
+  if (t.defined() && !(cm::dtype_bit(t.scalar_type()) & kNNFloat))
+    cm::fail_dtype(op, t.device(), t.scalar_type(), kNNFloat);
+}
+
 // Compute type of a float element type: double for float64, float otherwise.
 template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
 
@@ -33,14 +34,6 @@ const at::Tensor& opt(const std::optional<at::Tensor>& t) {
 
 bool is_reduced(c10::ScalarType st) {
   return st == c10::ScalarType::Half || st == c10::ScalarType::BFloat16;
-}
-
-void check_float(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
-  if (!t.defined()) return;
-  cm::check_same_device(op, ref, t, arg);
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
 }
 
 // dtype of saved statistics: float32 for a reduced-float input with any
@@ -83,11 +76,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
     const char* op, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
     const at::Tensor& running_mean, const at::Tensor& running_var, bool training,
     double momentum, double eps) {
-  check_float(op, input, input, "input");
-  check_float(op, input, weight, "weight");
-  check_float(op, input, bias, "bias");
-  check_float(op, input, running_mean, "running_mean");
-  check_float(op, input, running_var, "running_var");
+  nn::check_float(op, input);
+  nn::check_float(op, weight);
+  nn::check_float(op, bias);
+  nn::check_float(op, running_mean);
+  nn::check_float(op, running_var);
   const BNShape sh = bn_shape(op, input);
   ACME_CHECK_T(training || (running_mean.defined() && running_var.defined()), op, input,
                "running_mean and running_var must be defined in evaluation mode");
@@ -190,9 +183,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   const at::Tensor& running_var = opt(running_var_);
   const at::Tensor& save_mean = opt(save_mean_);
   const at::Tensor& save_invstd = opt(save_invstd_);
-  check_float(op, input, input, "input");
-  check_float(op, input, grad_out, "grad_out");
-  check_float(op, input, weight, "weight");
+  nn::check_float(op, input);
+  nn::check_float(op, grad_out);
+  nn::check_float(op, weight);
   const BNShape sh = bn_shape(op, input);
   ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
                grad_out.sizes(), ", expected ", input.sizes());
@@ -306,9 +299,9 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   const char* op = "native_layer_norm";
   const at::Tensor& weight = opt(weight_);
   const at::Tensor& bias = opt(bias_);
-  check_float(op, input, input, "input");
-  check_float(op, input, weight, "weight");
-  check_float(op, input, bias, "bias");
+  nn::check_float(op, input);
+  nn::check_float(op, weight);
+  nn::check_float(op, bias);
   const LNShape sh = ln_shape(op, input, normalized_shape);
   if (weight.defined())
     ACME_CHECK_T(weight.sizes().equals(normalized_shape), op, weight, "weight shape ",
@@ -367,11 +360,11 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   const char* op = "native_layer_norm_backward";
   const at::Tensor& weight = opt(weight_);
   const at::Tensor& bias = opt(bias_);
-  check_float(op, input, input, "input");
-  check_float(op, input, grad_out, "grad_out");
-  check_float(op, input, mean, "mean");
-  check_float(op, input, rstd, "rstd");
-  check_float(op, input, weight, "weight");
+  nn::check_float(op, input);
+  nn::check_float(op, grad_out);
+  nn::check_float(op, mean);
+  nn::check_float(op, rstd);
+  nn::check_float(op, weight);
   const LNShape sh = ln_shape(op, input, normalized_shape);
   ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
                grad_out.sizes(), ", expected ", input.sizes());
@@ -442,9 +435,9 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   const char* op = "native_group_norm";
   const at::Tensor& weight = opt(weight_);
   const at::Tensor& bias = opt(bias_);
-  check_float(op, input, input, "input");
-  check_float(op, input, weight, "weight");
-  check_float(op, input, bias, "bias");
+  nn::check_float(op, input);
+  nn::check_float(op, weight);
+  nn::check_float(op, bias);
   check_group_args(op, input, N, C, HxW, group);
   const auto sdt = stat_dtype(input, {&weight, &bias});
   at::Tensor out = at::empty(input.sizes(), input.options());
@@ -492,11 +485,11 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     int64_t HxW, int64_t group, ::std::array<bool, 3> output_mask) {
   const char* op = "native_group_norm_backward";
   const at::Tensor& weight = opt(weight_);
-  check_float(op, input, input, "input");
-  check_float(op, input, grad_out, "grad_out");
-  check_float(op, input, mean, "mean");
-  check_float(op, input, rstd, "rstd");
-  check_float(op, input, weight, "weight");
+  nn::check_float(op, input);
+  nn::check_float(op, grad_out);
+  nn::check_float(op, mean);
+  nn::check_float(op, rstd);
+  nn::check_float(op, weight);
   check_group_args(op, input, N, C, HxW, group);
   ACME_CHECK_T(grad_out.numel() == input.numel(), op, grad_out, "grad_out must match input");
   ACME_CHECK_T(mean.numel() == N * group && rstd.numel() == N * group, op, mean,
@@ -569,7 +562,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
 at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
                     const at::Scalar& maxnorm) {
   const char* op = "renorm";
-  check_float(op, self, self, "self");
+  nn::check_float(op, self);
   const double pv = p.to<double>(), mx = maxnorm.to<double>();
   ACME_CHECK(pv > 0, op, "non-positive norm not supported, got p = ", pv);
   ACME_CHECK(mx >= 0, op, "maxnorm must be non-negative, got ", mx);

@@ -4,9 +4,7 @@
 // non-finite check + unscale.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 
@@ -15,24 +13,6 @@
 
 namespace acme::kernels {
 using namespace acme::common;
-
-// Declarations of the acme kernels reused here (defined in binary.cpp,
-// pointwise.cpp, unary.cpp, reduce.cpp, creation.cpp); kernels.h declares
-// them too when it is present.
-at::Tensor k_add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha);
-at::Tensor k_sub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha);
-at::Tensor k_mul_Tensor(const at::Tensor& self, const at::Tensor& other);
-at::Tensor k_div_Tensor(const at::Tensor& self, const at::Tensor& other);
-at::Tensor k_add_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha);
-at::Tensor k_mul_Scalar(const at::Tensor& self, const at::Scalar& other);
-at::Tensor k_div_Scalar(const at::Tensor& self, const at::Scalar& other);
-at::Tensor k_addcmul(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2, const at::Scalar& value);
-at::Tensor k_addcdiv(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2, const at::Scalar& value);
-at::Tensor k_lerp_Scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight);
-at::Tensor k_sqrt(const at::Tensor& self);
-at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other);
-at::Tensor k_linalg_vector_norm(const at::Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim,
-                                bool keepdim, std::optional<at::ScalarType> dtype);
 
 namespace {
 void check_lists(const char* op, size_t n, size_t m, const char* what) {

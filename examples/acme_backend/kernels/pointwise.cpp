@@ -2,9 +2,7 @@
 // lerp, clamp, nan_to_num.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <cmath>
 #include <limits>

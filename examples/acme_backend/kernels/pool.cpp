@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <cmath>
@@ -28,9 +29,12 @@ struct Pool2d {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 
-int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt) {
+// Value i of a pooling parameter given as one int or one per spatial dim (2 or 3).
+int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt,
+             size_t spatial = 2) {
   if (v.empty()) return dflt;
-  ACME_CHECK(v.size() == 1 || v.size() == 2, op, name, " must be a single int or a pair, got ", v);
+  ACME_CHECK(v.size() == 1 || v.size() == spatial, op, name, " must be a single int or a ",
+             spatial == 2 ? "pair" : "triple", ", got ", v);
   return v.size() == 1 ? v[0] : v[i];
 }
 
@@ -43,12 +47,13 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
   return out;
 }
 
-void check_pool_input(const char* op, const at::Tensor& self) {
-  ACME_CHECK_T(self.dim() == 3 || self.dim() == 4, op, self,
-               "expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got ", self.sizes());
-  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
-  }
+// A pooling input of `spatial` (2 or 3) dims: (C, *spatial) or (N, C, *spatial), float.
+void check_pool_input(const char* op, const at::Tensor& self, int64_t spatial = 2) {
+  const char* dims = spatial == 2 ? "H, W" : "D, H, W";
+  ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "expected a ",
+               spatial + 1, "-d (C, ", dims, ") or ", spatial + 2, "-d (N, C, ", dims,
+               ") input, got ", self.sizes());
+  nn::check_float(op, self);
   // Only the batch dimension may be empty.
   for (int64_t d = 1; d < self.dim(); ++d) {
     ACME_CHECK_T(self.size(d) > 0, op, self, "expected non-empty dims except the batch, got ",
@@ -104,6 +109,35 @@ DenseIdx dense_long(const char* op, const at::Tensor& t) {
   d.keep = t.is_contiguous() ? t : t.contiguous();
   d.ptr = d.keep.numel() ? d.keep.const_data_ptr<int64_t>() : nullptr;
   return d;
+}
+
+// The backward of every max pool (2-d, 3-d, adaptive): grad_input (self's shape) is
+// grad_output scatter-added through the flat per-plane indices the forward returned.
+at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output,
+                                   const at::Tensor& self, const at::Tensor& indices,
+                                   int64_t vol) {
+  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
+               grad_output, "grad_output ", grad_output.sizes(), " and indices ",
+               indices.sizes(), " must have the same shape and the rank of self");
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  const int64_t planes = self.numel() / vol;
+  const int64_t per = planes ? grad_output.numel() / planes : 0;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto go = nn::load<Acc>(op, grad_output);
+    auto ix = dense_long(op, indices);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t o = 0; o < per; ++o) {
+        const int64_t k = ix.ptr[pl * per + o];
+        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol, " elements");
+        ob.data()[pl * vol + k] += go.data()[pl * per + o];
+      }
+    ob.finish(op);
+  });
+  return gi;
 }
 
 // avg-pool window [hs, he) x [ws, we) clipped to the input, and its divisor.
@@ -199,36 +233,10 @@ at::Tensor k_max_pool2d_with_indices_backward(const at::Tensor& grad_output,
                                               const at::Tensor& indices) {
   const char* op = "max_pool2d_with_indices_backward";
   const Pool2d p = make_pool(op, self, kernel_size, stride, padding, dilation, ceil_mode);
-  cm::check_same_device(op, self, grad_output, "grad_output");
-  cm::check_same_device(op, self, indices, "indices");
   const auto shape = out_shape(self, p.Ho, p.Wo);
   ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
                grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
-  ACME_CHECK_T(indices.sizes().equals(shape), op, indices, "indices have shape ",
-               indices.sizes(), ", expected ", at::IntArrayRef(shape));
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    auto ix = dense_long(op, indices);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    const int64_t plane = p.H * p.W;
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      Acc* g = ob.data() + pl * plane;
-      const Acc* src = go.data() + pl * p.Ho * p.Wo;
-      const int64_t* si = ix.ptr + pl * p.Ho * p.Wo;
-      for (int64_t o = 0; o < p.Ho * p.Wo; ++o) {
-        const int64_t k = si[o];
-        if (k < 0) continue;  // window entirely in padding (cannot happen with valid pads)
-        ACME_CHECK(k < plane, op, "index ", k, " out of range for a plane of ", plane);
-        g[k] += src[o];
-      }
-    }
-    ob.finish(op);
-  });
-  return gi;
+  return scatter_grad_by_indices(op, grad_output, self, indices, p.H * p.W);
 }
 
 at::Tensor k_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size,
@@ -267,7 +275,6 @@ at::Tensor k_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor
                                  ::std::optional<int64_t> divisor_override) {
   const char* op = "avg_pool2d_backward";
   const Pool2d p = make_pool(op, self, kernel_size, stride, padding, {}, ceil_mode);
-  cm::check_same_device(op, self, grad_output, "grad_output");
   ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
              "divisor must be not zero");
   const auto shape = out_shape(self, p.Ho, p.Wo);
@@ -334,7 +341,6 @@ at::Tensor k__adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output
 at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
   const char* op = "_adaptive_avg_pool2d_backward";
   check_pool_input(op, self);
-  cm::check_same_device(op, self, grad_output, "grad_output");
   ACME_CHECK_T(grad_output.dim() == self.dim(), op, grad_output,
                "grad_output must have the rank of self");
   const int64_t H = self.size(-2), W = self.size(-1);
@@ -415,31 +421,7 @@ at::Tensor k_adaptive_max_pool2d_backward(const at::Tensor& grad_output, const a
                                           const at::Tensor& indices) {
   const char* op = "adaptive_max_pool2d_backward";
   check_pool_input(op, self);
-  cm::check_same_device(op, self, grad_output, "grad_output");
-  cm::check_same_device(op, self, indices, "indices");
-  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
-               grad_output, "grad_output ", grad_output.sizes(), " and indices ",
-               indices.sizes(), " must have the same shape and the rank of self");
-  const int64_t H = self.size(-2), W = self.size(-1);
-  const int64_t per = grad_output.size(-2) * grad_output.size(-1);
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  const int64_t planes = self.numel() / (H * W);
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    auto ix = dense_long(op, indices);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < planes; ++pl)
-      for (int64_t o = 0; o < per; ++o) {
-        const int64_t k = ix.ptr[pl * per + o];
-        ACME_CHECK(k >= 0 && k < H * W, op, "index ", k, " out of range for a plane of ", H * W);
-        ob.data()[pl * H * W + k] += go.data()[pl * per + o];
-      }
-    ob.finish(op);
-  });
-  return gi;
+  return scatter_grad_by_indices(op, grad_output, self, indices, self.size(-2) * self.size(-1));
 }
 
 // ---- 3-d pooling ------------------------------------------------------------------
@@ -450,30 +432,19 @@ struct Pool3d {
   int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0}, d[3] = {1, 1, 1};
 };
 
-int64_t pick3(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  ACME_CHECK(v.size() == 1 || v.size() == 3, op, name, " must be a single int or a triple, got ", v);
-  return v.size() == 1 ? v[0] : v[i];
-}
-
 Pool3d make_pool3d(const char* op, const at::Tensor& self, at::IntArrayRef kernel_size,
                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                    bool ceil_mode) {
-  ACME_CHECK_T(self.dim() == 4 || self.dim() == 5, op, self,
-               "expected a 4-d (C, D, H, W) or 5-d (N, C, D, H, W) input, got ", self.sizes());
-  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
-  for (int64_t dd = 1; dd < self.dim(); ++dd)
-    ACME_CHECK_T(self.size(dd) > 0, op, self, "expected non-empty dims except the batch");
+  check_pool_input(op, self, 3);
   ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
   Pool3d p;
   const int64_t in[3] = {self.size(-3), self.size(-2), self.size(-1)};
   int64_t outs[3];
   for (size_t i = 0; i < 3; ++i) {
-    p.k[i] = pick3(op, "kernel_size", kernel_size, i, 1);
-    p.s[i] = pick3(op, "stride", stride, i, p.k[i]);
-    p.p[i] = pick3(op, "padding", padding, i, 0);
-    p.d[i] = pick3(op, "dilation", dilation, i, 1);
+    p.k[i] = pick(op, "kernel_size", kernel_size, i, 1, 3);
+    p.s[i] = pick(op, "stride", stride, i, p.k[i], 3);
+    p.p[i] = pick(op, "padding", padding, i, 0, 3);
+    p.d[i] = pick(op, "dilation", dilation, i, 1, 3);
     ACME_CHECK(p.k[i] > 0 && p.s[i] > 0 && p.d[i] > 0, op,
                "kernel_size, stride and dilation must be positive");
     ACME_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
@@ -568,33 +539,6 @@ int64_t adaptive_window_size(const Adaptive3d& a, int64_t od, int64_t oh, int64_
   return n;
 }
 
-// grad_input (self's shape) = scatter-add of grad_output through flat per-plane indices.
-at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output,
-                                   const at::Tensor& self, const at::Tensor& indices,
-                                   int64_t vol) {
-  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
-               grad_output, "grad_output ", grad_output.sizes(), " and indices ",
-               indices.sizes(), " must have the same shape and the rank of self");
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  const int64_t planes = self.numel() / vol;
-  const int64_t per = planes ? grad_output.numel() / planes : 0;
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    auto ix = dense_long(op, indices);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < planes; ++pl)
-      for (int64_t o = 0; o < per; ++o) {
-        const int64_t k = ix.ptr[pl * per + o];
-        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a volume of ", vol);
-        ob.data()[pl * vol + k] += go.data()[pl * per + o];
-      }
-    ob.finish(op);
-  });
-  return gi;
-}
 }  // namespace
 
 ::std::tuple<at::Tensor, at::Tensor> k_max_pool3d_with_indices(const at::Tensor& self,

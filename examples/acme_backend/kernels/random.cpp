@@ -4,9 +4,7 @@
 // from bits to distributions are acme's own.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>

@@ -10,9 +10,7 @@
 // int64 for integers.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 

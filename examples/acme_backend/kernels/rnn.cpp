@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <cmath>
@@ -48,9 +49,7 @@ c10::ScalarType float_dtype(const char* op, const at::Tensor& ref,
   bool first = true;
   for (auto [t, name] : args) {
     if (!t->defined()) continue;
-    cm::check_same_device(op, ref, *t, name);
-    if (!(cm::dtype_bit(t->scalar_type()) & nn::kNNFloat))
-      cm::fail_dtype(op, t->device(), t->scalar_type(), nn::kNNFloat);
+    nn::check_float(op, *t);
     st = first ? t->scalar_type() : c10::promoteTypes(st, t->scalar_type());
     first = false;
   }

@@ -4,9 +4,7 @@
 // output) receives a source tensor, with dtype conversion where cat promotes.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/core/IListRef.h>
 #include <ATen/ops/empty.h>
@@ -88,7 +86,6 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
     if (skipped(t)) continue;
     ACME_CHECK(t.dim() == ref->dim(), op, "Tensors must have same number of dimensions: got ",
                ref->dim(), " and ", t.dim());
-    check_same_device(op, *ref, t, "tensors");
     for (int64_t d = 0; d < t.dim(); ++d)
       ACME_CHECK(d == dim || t.size(d) == shape[d], op, "Sizes of tensors must match except in "
                  "dimension ", dim, ". Expected size ", shape[d], " but got size ", t.size(d),
@@ -121,7 +118,6 @@ at::Tensor k_stack(at::TensorList tensors, int64_t dim) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     ACME_CHECK(tensors[i].sizes() == ref.sizes(), op, "stack expects each tensor to be equal size, "
                "but got ", ref.sizes(), " at entry 0 and ", tensors[i].sizes(), " at entry ", i);
-    check_same_device(op, ref, tensors[i], "tensors");
     rs = at::native::update_result_type_state(tensors[i], rs);
   }
   const at::ScalarType dtype = at::native::result_type(rs);

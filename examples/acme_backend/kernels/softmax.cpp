@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
 
@@ -39,17 +40,11 @@ Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
   return a;
 }
 
-void check_float(const char* op, const at::Tensor& t) {
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat)) {
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
-  }
-}
-
 enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
 
 at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
                        c10::ScalarType out_dtype, Kind kind) {
-  check_float(op, self);
+  nn::check_float(op, self);
   const Axis ax = make_axis(op, self, dim);
   at::Tensor out = at::empty(self.sizes(), self.options().dtype(out_dtype));
   if (out.numel() == 0) return out;
@@ -106,9 +101,8 @@ c10::ScalarType fwd_out_dtype(const char* op, const at::Tensor& self, bool half_
 
 at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::Tensor& output,
                        int64_t dim, c10::ScalarType input_dtype, bool log) {
-  check_float(op, grad_output);
-  check_float(op, output);
-  cm::check_same_device(op, grad_output, output, "output");
+  nn::check_float(op, grad_output);
+  nn::check_float(op, output);
   ACME_CHECK_T(grad_output.sizes().equals(output.sizes()), op, grad_output,
                "grad_output has shape ", grad_output.sizes(), ", output has ", output.sizes());
   ACME_CHECK(cm::dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",

@@ -5,9 +5,7 @@
 // torch.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 

@@ -3,9 +3,7 @@
 // rounding, bitwise_not).
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <cmath>
 #include <limits>

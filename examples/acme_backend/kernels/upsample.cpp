@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "kernels.h"
 #include "nn_buffers.h"
 
 #include <cmath>
@@ -22,8 +23,7 @@ namespace {
 namespace cm = ::acme::common;
 
 void check_input(const char* op, const at::Tensor& t, const char* arg) {
-  if (!(cm::dtype_bit(t.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, t.device(), t.scalar_type(), nn::kNNFloat);
+  nn::check_float(op, t);
   ACME_CHECK_T(t.dim() == 4, op, t, "expected 4-d ", arg, " (N, C, H, W), got ", t.sizes());
 }
 
@@ -31,6 +31,35 @@ void check_sizes(const char* op, at::IntArrayRef output_size) {
   ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
   ACME_CHECK(output_size[0] > 0 && output_size[1] > 0, op,
              "output_size must be positive, got ", output_size);
+}
+
+// The shapes of a 2-d upsample: input (N, C, H, W), output (N, C, Ho, Wo).
+struct Shape2d {
+  int64_t N, C, H, W, Ho, Wo;
+};
+
+// The checks every forward shares: a 4-d float input with non-empty H, W, two positive sizes.
+Shape2d forward_shape(const char* op, const at::Tensor& self, at::IntArrayRef output_size) {
+  check_input(op, self, "input");
+  check_sizes(op, output_size);
+  const Shape2d s{self.size(0), self.size(1), self.size(2), self.size(3), output_size[0],
+                  output_size[1]};
+  ACME_CHECK_T(s.H > 0 && s.W > 0, op, self, "input spatial size must be non-empty");
+  return s;
+}
+
+// ... and every backward: grad_output of the output's shape, input_size of 4 values.
+Shape2d backward_shape(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
+                       at::IntArrayRef input_size) {
+  check_input(op, grad_output, "grad_output");
+  check_sizes(op, output_size);
+  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
+  const Shape2d s{input_size[0], input_size[1], input_size[2], input_size[3], output_size[0],
+                  output_size[1]};
+  ACME_CHECK_T(grad_output.sizes().equals({s.N, s.C, s.Ho, s.Wo}), op, grad_output,
+               "grad_output has shape ", grad_output.sizes(), ", expected (", s.N, ", ", s.C,
+               ", ", s.Ho, ", ", s.Wo, ")");
+  return s;
 }
 
 // ---- nearest ----
@@ -84,11 +113,8 @@ at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_s
                                 ::std::optional<double> scales_h,
                                 ::std::optional<double> scales_w) {
   const char* op = "upsample_nearest2d";
-  check_input(op, self, "input");
-  check_sizes(op, output_size);
-  const int64_t N = self.size(0), C = self.size(1), H = self.size(2), W = self.size(3);
-  ACME_CHECK_T(H > 0 && W > 0, op, self, "input spatial size must be non-empty");
-  const int64_t Ho = output_size[0], Wo = output_size[1];
+  const Shape2d s = forward_shape(op, self, output_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
   if (out.numel() == 0) return out;
   const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
@@ -112,13 +138,8 @@ at::Tensor k_upsample_nearest2d_backward(const at::Tensor& grad_output,
                                          ::std::optional<double> scales_h,
                                          ::std::optional<double> scales_w) {
   const char* op = "upsample_nearest2d_backward";
-  check_input(op, grad_output, "grad_output");
-  check_sizes(op, output_size);
-  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
-  const int64_t N = input_size[0], C = input_size[1], H = input_size[2], W = input_size[3];
-  const int64_t Ho = output_size[0], Wo = output_size[1];
-  ACME_CHECK_T(grad_output.sizes().equals({N, C, Ho, Wo}), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected (", N, ", ", C, ", ", Ho, ", ", Wo, ")");
+  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
   if (gi.numel() == 0) return gi;
   const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
@@ -142,11 +163,8 @@ at::Tensor k_upsample_bilinear2d(const at::Tensor& self, at::IntArrayRef output_
                                  bool align_corners, ::std::optional<double> scales_h,
                                  ::std::optional<double> scales_w) {
   const char* op = "upsample_bilinear2d";
-  check_input(op, self, "input");
-  check_sizes(op, output_size);
-  const int64_t N = self.size(0), C = self.size(1), H = self.size(2), W = self.size(3);
-  ACME_CHECK_T(H > 0 && W > 0, op, self, "input spatial size must be non-empty");
-  const int64_t Ho = output_size[0], Wo = output_size[1];
+  const Shape2d s = forward_shape(op, self, output_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
@@ -177,13 +195,8 @@ at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
                                           bool align_corners, ::std::optional<double> scales_h,
                                           ::std::optional<double> scales_w) {
   const char* op = "upsample_bilinear2d_backward";
-  check_input(op, grad_output, "grad_output");
-  check_sizes(op, output_size);
-  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
-  const int64_t N = input_size[0], C = input_size[1], H = input_size[2], W = input_size[3];
-  const int64_t Ho = output_size[0], Wo = output_size[1];
-  ACME_CHECK_T(grad_output.sizes().equals({N, C, Ho, Wo}), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected (", N, ", ", C, ", ", Ho, ", ", Wo, ")");
+  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {

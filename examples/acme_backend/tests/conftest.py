@@ -38,3 +38,14 @@ def no_device_memory_leak():
     gc.collect()
     after = [torch.accelerator.memory_allocated(i) for i in range(count)]
     assert after == before, f"acme memory allocated before/after the test: {before} -> {after}"
+
+
+@pytest.fixture
+def no_fallback():
+    """The test runs natively: nothing reaches the CPU fallback."""
+    import torch  # noqa: F401  (loads the backend)
+    import torch_fl_acme._C as native
+
+    native.clear_fallback_log()
+    yield
+    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"

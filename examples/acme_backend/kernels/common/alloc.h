@@ -58,17 +58,14 @@ inline at::ScalarType promote(TensorList ins, std::initializer_list<const at::Sc
   return at::native::result_type(st);
 }
 
-// The acme device the op runs on: the first tensor that is not a CPU scalar.
+// The acme device the op runs on: the first tensor that is not a CPU scalar
+// (the generated wrapper has checked that all of them share it).
 inline const at::Tensor& device_tensor(const char* op, TensorList ins) {
   const at::Tensor* first = nullptr;
   for (const at::Tensor* t : ins) {
     if (!t || !t->defined()) continue;
     if (!first) first = t;
-    if (!is_cpu_scalar(*t)) {
-      for (const at::Tensor* u : ins)
-        if (u && u->defined()) check_same_device(op, *t, *u, "input");
-      return *t;
-    }
+    if (!is_cpu_scalar(*t)) return *t;
   }
   TORCH_CHECK(first != nullptr, "acme: ", op, ": no tensor arguments");
   return *first;

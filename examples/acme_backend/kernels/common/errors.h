@@ -42,14 +42,6 @@ inline bool is_cpu_scalar(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.dim() == 0;
 }
 
-inline void check_same_device(const char* op, const at::Tensor& ref, const at::Tensor& t,
-                              const char* arg) {
-  if (!t.defined() || is_cpu_scalar(t)) return;
-  TORCH_CHECK(t.device() == ref.device(), "acme: ", op,
-              ": expected all tensors on the same device, but argument '", arg,
-              "' is on ", t.device(), " and another on ", ref.device());
-}
-
 // A dim argument in [-ndim, ndim) made non-negative; 0-dim tensors accept 0 and -1.
 inline int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
   const int64_t n = ndim > 1 ? ndim : 1;
