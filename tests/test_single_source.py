@@ -80,7 +80,7 @@ def test_every_template_is_rendered_once_and_sources_follow_the_table(zeta):
     stub_template = "kernels/kernel_stub.cpp.j2"  # rendered once per new kernel, not per generation
     assert rendered | {stub_template} == on_disk
     # The static glue (flsdk/static_glue/) is copied, each file once.
-    assert {out.template for out in ctx.outputs if out.static} == set(context.STATIC_GLUE)
+    assert {out.template for out in ctx.outputs if out.static} == set(context.STATIC_GLUE) | set(context.STATIC_TOOLS)
     for out in ctx.outputs:
         assert (zeta / out.path).is_file(), out.path
     cmake = (zeta / "generated" / "sources.cmake").read_text()

@@ -39,6 +39,8 @@ STATIC_GLUE = frozenset({
     "runtime_adapter.h", "backend.h", "runtime_init.cpp", "allocator.h", "allocator.cpp",
     "guard.cpp", "hooks.cpp", "fallback.h", "native_ops.h", "python_module.cpp",
 })
+# Build tools copied the same way: the post-link symbol check of sources.cmake.
+STATIC_TOOLS = ("check_symbols.py",)
 
 # The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
@@ -373,6 +375,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
                               if out.path.startswith("generated/") and out.path.endswith(".cpp")]
     outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
+    outputs += [Output(name, f"generated/{name}", {}, static=True) for name in STATIC_TOOLS]
     package = values["package"]
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))

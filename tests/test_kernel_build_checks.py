@@ -1,0 +1,90 @@
+"""#11 item 2: a kernel whose signature differs from the generated declaration fails
+the build in its kernel file, and a backend whose extension has an undefined symbol
+fails right after linking (generated/sources.cmake, flsdk_backend_checks) instead of
+building "successfully" and then not loading."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flsdk.codegen.generate import STATIC_GLUE
+
+CXX = shutil.which("g++") or shutil.which("c++")
+
+WRONG_RELU = """\
+// relu with the wrong signature: by value, where kernels.h declares const at::Tensor &.
+#include "kernels.h"
+
+#include <ATen/ops/empty.h>
+
+namespace zeta::kernels {
+
+at::Tensor k_relu(at::Tensor self) {
+  return at::empty(self.sizes(), self.options());
+}
+
+}  // namespace zeta::kernels
+"""
+
+
+def _run(cmd, cwd=None, timeout=900):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.build
+def test_wrong_kernel_signature_fails_in_the_kernel_file(tmp_path):
+    if CXX is None or shutil.which("cmake") is None or shutil.which("ninja") is None:
+        pytest.skip("needs a C++ compiler, cmake and ninja")
+    root = tmp_path / "zeta"
+    proc = _run([sys.executable, "-m", "flsdk.cli", "new-backend", "zeta", "--out", str(root)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (root / "kernels" / "relu.cpp").write_text(WRONG_RELU)
+    proc = _run([sys.executable, "-m", "flsdk.cli", "gen"], cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kernels/relu.cpp" in (root / "generated" / "sources.cmake").read_text()
+
+    # Configure as scikit-build-core does, then build only the kernel file's object
+    # (and the precompiled header it needs): the whole extension takes minutes.
+    build = tmp_path / "build"
+    proc = _run(["cmake", "-S", str(root), "-B", str(build), "-G", "Ninja",
+                 f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    targets = _run(["ninja", "-C", str(build), "-t", "targets", "all"]).stdout
+    objects = [line.split(":")[0] for line in targets.splitlines()
+               if line.split(":")[0].endswith("kernels/relu.cpp.o")]
+    assert len(objects) == 1, targets[-2000:]
+    proc = _run(["ninja", "-C", str(build), objects[0]], timeout=1500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, "a kernel with the wrong signature compiled"
+    assert "kernels/relu.cpp" in out and "k_relu" in out, out[-3000:]
+    assert "missing-declarations" in out or "missing-prototypes" in out, out[-3000:]
+
+
+@pytest.mark.build
+def test_undefined_symbol_fails_after_linking(tmp_path):
+    """check_symbols.py, what the post-link step runs, on a module whose kernel is missing."""
+    if CXX is None:
+        pytest.skip("no C++ compiler on PATH")
+    src = tmp_path / "module.cpp"
+    src.write_text("namespace zeta::kernels { int k_relu(const int& self); }\n"
+                   "int wrapper_relu(int x) { return zeta::kernels::k_relu(x); }\n")
+    lib = tmp_path / "_C.so"
+    proc = _run([CXX, "-shared", "-fPIC", str(src), "-o", str(lib)])
+    assert proc.returncode == 0, proc.stderr
+    check = _run([sys.executable, str(STATIC_GLUE / "check_symbols.py"), str(lib)])
+    assert check.returncode == 1
+    assert "_C.so has an undefined symbol" in check.stderr, check.stderr
+    if shutil.which("c++filt"):
+        assert "zeta::kernels::k_relu(int const&)" in check.stderr, check.stderr
+    assert "generated/kernels.h" in check.stderr
+
+    src.write_text("namespace zeta::kernels { int k_relu(const int& self) { return self; } }\n"
+                   "int wrapper_relu(int x) { return zeta::kernels::k_relu(x); }\n")
+    assert _run([CXX, "-shared", "-fPIC", str(src), "-o", str(lib)]).returncode == 0
+    check = _run([sys.executable, str(STATIC_GLUE / "check_symbols.py"), str(lib)])
+    assert check.returncode == 0, check.stderr
