@@ -132,7 +132,8 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
     for (int64_t pl = 0; pl < planes; ++pl)
       for (int64_t o = 0; o < per; ++o) {
         const int64_t k = ix.ptr[pl * per + o];
-        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol, " elements");
+        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol,
+                   " elements");
         ob.data()[pl * vol + k] += go.data()[pl * per + o];
       }
     ob.finish(op);
