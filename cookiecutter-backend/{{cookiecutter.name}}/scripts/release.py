@@ -4,6 +4,7 @@
     python scripts/release.py build            # dist/<name>-<ver>-cpXY-cpXY-manylinux_2_NN_x86_64.whl
     python scripts/release.py check dist/*.whl # fresh venv, only torch + the wheel: autoload works
     python scripts/release.py all              # both
+    python scripts/release.py pin              # the torch release pyproject.toml pins
 
 The same file in every flsdk backend (scaffolded by `flsdk new-backend`); it
 reads everything backend-specific from pyproject.toml. Standard library only
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="install in a fresh venv with only torch; autoload")
     c.add_argument("wheel", type=Path)
     c.add_argument("--venv", type=Path, help="reuse this venv (default: a new one)")
+    sub.add_parser("pin", help="print the torch release pyproject.toml pins (for CI)")
     a = sub.add_parser("all", help="build, then check")
     a.add_argument("--out", type=Path, default=ROOT / "dist")
     args = ap.parse_args(argv)
@@ -241,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             build(args.out)
         elif args.cmd == "repair":
             print(f"repaired {repair(args.wheel, args.wheel_dir)}")
+        elif args.cmd == "pin":
+            print(project()["torch_pin"])
         elif args.cmd == "check":
             check(args.wheel, args.venv)
         else:
