@@ -65,6 +65,7 @@ def test_torch_pin_generated_loader_and_compat_check_agree(tmp_path, which):
     # requirement admits exactly the releases torch_fl's compat check accepts.
     flsdk_req = [r for r in test_extra if r.startswith("flsdk")]
     assert flsdk_req == ["flsdk~=0.1.0"], test_extra
+    assert {"pytest>=7", "numpy", "expecttest"} <= set(test_extra), "the OpInfo suite needs numpy, expecttest"
     import torch_fl
 
     assert _admits(flsdk_req[0], torch_fl.__version__)
