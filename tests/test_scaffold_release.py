@@ -164,3 +164,32 @@ def test_release_builds_a_manylinux_wheel_that_autoloads_in_a_fresh_venv(tmp_pat
     assert report["result"] == [2.0] * 4 and report["device"] == "zeta:0"
     assert report["module"].startswith(report["venv"]), "imported from the fresh venv"
     assert not Path(report["venv"]).exists(), "the check's own venv is removed afterwards"
+
+
+def test_compat_check_reads_the_wheel_pin_and_flags_a_disagreeing_one(monkeypatch):
+    import importlib.metadata
+    import types
+    import warnings
+
+    from torch_fl import _backends
+
+    def fake(name, built_for):
+        mod = types.ModuleType(f"fake_{name}")
+        mod.NAME, mod.PACKAGE, mod.TORCH_VERSION = name, f"torch_fl_{name}", built_for
+        mod.FLSDK_VERSION = compat._torch_fl_version()
+        return _backends.BackendEntry(name, f"torch_fl_{name}._generated.backend",
+                                      f"torch-fl-{name}", module=mod)
+
+    pins = {"torch-fl-good": ["torch==2.13.0", 'flsdk~=0.1.0; extra == "test"'],
+            "torch-fl-bad": ["torch==2.12.0"]}
+    monkeypatch.setattr(importlib.metadata, "requires", lambda dist: pins[dist])
+    monkeypatch.setattr(_backends, "_entries", [fake("good", "2.13.0+cpu"), fake("bad", "2.13.0+cpu")])
+    rows = {r["name"]: r for r in compat.compat_matrix(load=False)}
+    assert rows["good"]["pinned"] == "2.13.0" and rows["good"]["pin_ok"]
+    assert rows["bad"]["pinned"] == "2.12.0" and not rows["bad"]["pin_ok"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        problems = compat.warn_if_incompatible()
+    assert problems == ["torch_fl_bad requires torch==2.12.0 but was built for torch 2.13.0+cpu: "
+                        "a broken release; rebuild it with scripts/release.py, which refuses such a wheel"]
+    assert [str(w.message) for w in caught] == problems
