@@ -181,10 +181,13 @@ def test_compat_check_reads_the_wheel_pin_and_flags_a_disagreeing_one(monkeypatc
                                       f"torch-fl-{name}", module=mod)
 
     pins = {"torch-fl-good": ["torch==2.13.0", 'flsdk~=0.1.0; extra == "test"'],
-            "torch-fl-bad": ["torch==2.12.0"]}
+            "torch-fl-bad": ["torch==2.12.0"], "torch-fl-gone": ["torch==2.13.0"]}
     monkeypatch.setattr(importlib.metadata, "requires", lambda dist: pins[dist])
-    monkeypatch.setattr(_backends, "_entries", [fake("good", "2.13.0+cpu"), fake("bad", "2.13.0+cpu")])
+    gone = _backends.BackendEntry("gone", "torch_fl_gone._generated.backend", "torch-fl-gone",
+                                  import_error="cannot import torch_fl_gone: ModuleNotFoundError")
+    monkeypatch.setattr(_backends, "_entries", [fake("good", "2.13.0+cpu"), fake("bad", "2.13.0+cpu"), gone])
     rows = {r["name"]: r for r in compat.compat_matrix(load=False)}
+    assert rows["gone"]["pin_ok"], "a backend that cannot be imported has nothing to compare"
     assert rows["good"]["pinned"] == "2.13.0" and rows["good"]["pin_ok"]
     assert rows["bad"]["pinned"] == "2.12.0" and not rows["bad"]["pin_ok"]
     with warnings.catch_warnings(record=True) as caught:

@@ -136,7 +136,8 @@ def compat_matrix(load: bool = True) -> list[dict[str, Any]]:
       was built for against the running one (local tags like '+cpu' ignored, as
       the generated loader does);
     * pinned: the torch release the backend's wheel requires (`torch==X.Y.Z`),
-      and pin_ok: it is the one the backend was built for (None pins nothing);
+      and pin_ok: it is the one the backend was built for (true when either is
+      unknown: nothing to compare);
     * flsdk (release that generated the backend), torch_fl (running) and
       torch_fl_ok (same major.minor);
     * loaded, error (its refusal or failure message, None if it loaded) and
@@ -160,7 +161,7 @@ def compat_matrix(load: bool = True) -> list[dict[str, Any]]:
             "running": running,
             "version_ok": built_for is not None and _base(built_for) == _base(running),
             "pinned": pinned,
-            "pin_ok": pinned is None or _base(pinned) == _base(built_for),
+            "pin_ok": pinned is None or built_for is None or _base(pinned) == _base(built_for),
             "flsdk": flsdk,
             "torch_fl": torch_fl_version,
             "torch_fl_ok": flsdk is not None and _release(flsdk) == _release(torch_fl_version),
