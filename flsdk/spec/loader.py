@@ -422,6 +422,15 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
             elif not aten.is_custom(sel.name) and aten.exists(sel.name):
                 errors.add(doc.error(field, f"{sel.name!r} has no op spec",
                                      "add it to an op spec file (opspec/*.yaml of the backend) first"))
+            elif aten.is_custom(sel.name) and not sel.name.startswith("aten::"):
+                # The custom-op counterpart of the hint above: where its spec goes, with
+                # the fields it needs; close names only among the custom ops.
+                hint = aten.op_suggestions(sel.name, [n for n in by_name if aten.is_custom(n)])
+                base = sel.name.split("::", 1)[1].split(".")[0]
+                errors.add(doc.error(field, f"custom op {sel.name!r} has no op spec" + (f"; {hint}" if hint else ""),
+                                     f"define it in an op spec file of the backend, opspec/<family>.yaml: "
+                                     f"`- op: {sel.name}` with `schema: \"{base}(Tensor self) -> Tensor\"` "
+                                     f"and `dtypes: [float32]` (docs/custom-ops.md)"))
             else:
                 hint = aten.op_suggestions(sel.name, list(by_name))
                 if not hint and not aten.is_custom(sel.name):

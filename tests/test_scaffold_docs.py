@@ -1,0 +1,105 @@
+"""The docs a scaffolded backend gets say what the generated code does: the runtime
+adapter reference lists every call of the generated header with its exact
+declaration, the guides the README names exist, and `flsdk check` gives a custom
+op without a spec the same kind of hint as an aten op."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def zeta(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("docs") / "zeta"
+    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", "new-backend", "zeta", "--out", str(root)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+def _normalize(decl: str) -> str:
+    decl = re.sub(r"\s+", " ", decl).strip()
+    return re.sub(r"\s*([(),*&])\s*", r"\1", decl)
+
+
+def _declarations(cpp: str) -> dict[str, str]:
+    """name -> normalized declaration of every function declared in C++ text."""
+    cpp = re.sub(r"//[^\n]*", "", cpp)
+    out = {}
+    for m in re.finditer(r"(?:^|\n)\s*((?:[\w:]+[\s*&]+)+?(\w+)\s*\([^;{)]*\))\s*;", cpp):
+        out[m.group(2)] = _normalize(m.group(1))
+    return out
+
+
+def test_runtime_adapter_reference_matches_the_generated_header(zeta):
+    header = _declarations((zeta / "generated" / "runtime_adapter.h").read_text())
+    doc = (zeta / "docs" / "runtime-adapter.md").read_text()
+    blocks = "\n".join(re.findall(r"```cpp\n(.*?)```", doc, re.S))
+    documented = _declarations(blocks)
+    # the parser sees the header's functions (a sanity check of the test itself)
+    assert {"init", "malloc", "memcpy", "memcpy_peer", "stream_create", "event_record",
+            "event_elapsed_ms", "kernel_begin", "last_error"} <= set(header)
+    missing = sorted(set(header) - set(documented))
+    assert not missing, f"runtime adapter calls not documented: {missing}"
+    extra = sorted(set(documented) - set(header))
+    assert not extra, f"documented calls the header does not declare: {extra}"
+    differ = {n: (header[n], documented[n]) for n in header if header[n] != documented[n]}
+    assert not differ, f"documented declarations differ from the header: {differ}"
+    # stream and event calls take the device (the header's contract)
+    assert documented["stream_synchronize"].startswith("Status stream_synchronize(int device")
+    assert documented["event_record"].startswith("Status event_record(int device")
+
+
+def test_readme_names_the_guides_and_they_exist(zeta):
+    readme = (zeta / "README.md").read_text()
+    for guide in ("writing-a-kernel", "runtime-adapter", "custom-ops", "releasing"):
+        assert f"docs/{guide}.md" in readme, guide
+        assert (zeta / "docs" / f"{guide}.md").is_file(), guide
+    kernel = (zeta / "docs" / "writing-a-kernel.md").read_text()
+    for topic in ("## Outputs", "data_ptr", "## Which `at::` calls", "## Headers",
+                  "## Non-contiguous inputs and broadcasting", "## What the generated wrapper already did",
+                  "docs/architecture.md"):
+        assert topic in kernel, topic
+    assert "{{" not in kernel and "zeta::kernels" in kernel, "the guide is rendered for the backend"
+
+
+def test_custom_op_example_of_the_guide_is_valid_and_generates_its_stub(zeta, tmp_path):
+    import shutil
+
+    root = tmp_path / "zeta"
+    shutil.copytree(zeta, root)
+    guide = (root / "docs" / "custom-ops.md").read_text()
+    spec = re.search(r"```yaml\n(# opspec/zeta_custom\.yaml\n.*?)```", guide, re.S).group(1)
+    (root / "opspec").mkdir()
+    (root / "opspec" / "zeta_custom.yaml").write_text(spec)
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n",
+                                                 "  - op: relu\n  - op: zeta::fused_bias_gelu\n"))
+    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", "gen"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stub = (root / "kernels" / "fused_bias_gelu.cpp").read_text()
+    assert "at::Tensor k_fused_bias_gelu(const at::Tensor & x, const at::Tensor & bias)" in stub
+
+
+def test_check_hints_where_a_custom_op_spec_goes(zeta, tmp_path):
+    import shutil
+
+    root = tmp_path / "zeta"
+    shutil.copytree(zeta, root)
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - op: relu\n  - op: zeta::my_gelu\n"))
+    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", "check"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = next(ln for ln in (proc.stdout + proc.stderr).splitlines() if "zeta::my_gelu" in ln)
+    assert re.search(r"device\.yaml:\d+: native\[\d+\]\.op: custom op 'zeta::my_gelu' has no op spec", line), line
+    for needle in ("opspec/<family>.yaml", "- op: zeta::my_gelu", 'schema: "my_gelu(Tensor self) -> Tensor"',
+                   "docs/custom-ops.md"):
+        assert needle in line, (needle, line)
+    assert "leaky_relu" not in line, "close names come from the custom ops only"
