@@ -7,9 +7,9 @@ as on CPU. What the device adds over CPU is small and lives here:
 
 * op overrides: the device module's set_device / synchronize / device guard;
 * the wrapper: calls host kernels inline for this device (stock Inductor
-  knows only cpu and mps), allocates buffers on the device *with* its index,
-  and enters a device guard around the graph so random ops and extern kernels
-  see the right current device (trap c);
+  knows only cpu and mps) and allocates buffers on the device *with* its index;
+  with `workarounds.py` it also enters a device guard around the graph, so
+  extern and custom ops see the graph's device as current (trap c);
 * the scheduling: CppScheduling with the 2.13 fixes of `workarounds.py`.
 
 Matmuls, convolutions and other extern kernels stay the backend's own
@@ -23,19 +23,17 @@ from textwrap import dedent
 
 def make_classes(name: str):
     """(DeviceOpOverrides instance, wrapper class, scheduling class) for device `name`."""
-    import torch
-    from torch._inductor.codegen.common import DeviceOpOverrides
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.ir import ExternKernel
     from torch._inductor.virtualized import V
 
     from .. import graph as graph_api
+    from .registration import device_op_overrides_base
 
-    mod_expr = f"torch.{name}"
-
-    class OpOverrides(DeviceOpOverrides):
+    class OpOverrides(device_op_overrides_base(name)):
         def import_get_raw_stream_as(self, alias: str) -> str:
+            # Host kernels run inline in the wrapper: no stream handle to pass them.
             return dedent(f"""
                 def {alias}(_):
                     return 0
@@ -43,15 +41,6 @@ def make_classes(name: str):
 
         def cpp_kernel_type(self) -> str:
             return "void*"
-
-        def set_device(self, device_idx: int) -> str:
-            return f"{mod_expr}.set_device({device_idx})"
-
-        def synchronize(self) -> str:
-            return f"{mod_expr}.synchronize()"
-
-        def device_guard(self, device_idx: int) -> str:
-            return f"{mod_expr}.device({device_idx})"
 
     class HostKernelCalls:
         """Mixin of both wrappers: call host-compiled kernels on `name` buffers inline,
@@ -121,7 +110,6 @@ def make_classes(name: str):
 
     WrapperCodegen.__name__ = WrapperCodegen.__qualname__ = f"{name.capitalize()}PythonWrapperCodegen"
     Scheduling.__name__ = Scheduling.__qualname__ = f"{name.capitalize()}CppScheduling"
-    del torch
     return OpOverrides(), WrapperCodegen, Scheduling
 
 
@@ -143,21 +131,13 @@ def _extern_name(op) -> str:
 
 def register(name: str, config: dict, key: str) -> dict:
     """Register device `name` for Inductor's C++ codegen; returns the hook objects."""
-    from torch._inductor.codegen.common import (register_backend_for_device,
-                                                register_device_op_overrides)
-    from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
-
     from . import workarounds
-    from .registration import make_cache_key_pass, refusing_cpp_wrapper, register_device_interface
+    from .registration import register_with_inductor
 
-    register_device_interface(name)
     overrides, wrapper, scheduling = make_classes(name)
-    register_device_op_overrides(name, overrides)
-    cpp_wrapper = refusing_cpp_wrapper(
-        name, "Inductor's C++ wrapper needs a per-device C shim (aoti_torch_<device>_*), which "
-              "flsdk does not generate yet")
-    register_backend_for_device(name, scheduling, wrapper, cpp_wrapper, WrapperFxCodegen,
-                                device_custom_pass=make_cache_key_pass(name, key))
+    hooks = register_with_inductor(
+        name, key, scheduling=scheduling, wrapper=wrapper, op_overrides=overrides,
+        no_cpp_wrapper_why="Inductor's C++ wrapper needs a per-device C shim "
+                           "(aoti_torch_<device>_*), which flsdk does not generate yet")
     workarounds.apply(name, "cpp")
-    return {"Scheduling": scheduling, "PythonWrapperCodegen": wrapper,
-            "CppWrapperCodegen": cpp_wrapper, "WrapperFxCodegen": WrapperFxCodegen}
+    return hooks

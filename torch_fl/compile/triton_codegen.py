@@ -15,26 +15,17 @@ from textwrap import dedent
 
 
 def make_op_overrides(name: str):
-    from torch._inductor.codegen.common import DeviceOpOverrides
+    from .registration import device_op_overrides_base
 
     mod_expr = f"torch.{name}"
 
-    class OpOverrides(DeviceOpOverrides):
+    class OpOverrides(device_op_overrides_base(name)):
         def import_get_raw_stream_as(self, alias: str) -> str:
             return dedent(f"""
                 def {alias}(index):
                     getter = getattr({mod_expr}, "get_raw_stream", None)
                     return 0 if getter is None else getter(index)
                 """)
-
-        def set_device(self, device_idx: int) -> str:
-            return f"{mod_expr}.set_device({device_idx})"
-
-        def synchronize(self) -> str:
-            return f"{mod_expr}.synchronize()"
-
-        def device_guard(self, device_idx: int) -> str:
-            return f"{mod_expr}.device({device_idx})"
 
         def current_stream(self) -> str:
             return f"{mod_expr}.current_stream()"
@@ -62,28 +53,24 @@ def check_triton(name: str, triton_backend: str) -> None:
 def register(name: str, config: dict, key: str) -> dict:
     from torch._inductor import config as inductor_config
     from torch._inductor import utils as inductor_utils
-    from torch._inductor.codegen.common import (register_backend_for_device,
-                                                register_device_op_overrides)
     from torch._inductor.codegen.triton import TritonScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
-    from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
-    from .registration import make_cache_key_pass, refusing_cpp_wrapper, register_device_interface
+    from .registration import register_with_inductor
 
     triton_backend = config.get("triton_backend") or name
     check_triton(name, triton_backend)
-    interface = register_device_interface(name)
-    interface.is_triton_capable = staticmethod(lambda device=None: True)
     if name not in inductor_utils.GPU_TYPES:
         inductor_utils.GPU_TYPES.append(name)
-    register_device_op_overrides(name, make_op_overrides(name))
-    cpp_wrapper = refusing_cpp_wrapper(name, "flsdk generates no C shim for Triton devices yet")
-    register_backend_for_device(name, TritonScheduling, PythonWrapperCodegen, cpp_wrapper,
-                                WrapperFxCodegen, device_custom_pass=make_cache_key_pass(name, key))
+    hooks = register_with_inductor(
+        name, key, scheduling=TritonScheduling, wrapper=PythonWrapperCodegen,
+        op_overrides=make_op_overrides(name),
+        no_cpp_wrapper_why="flsdk generates no C shim for Triton devices yet",
+        cudagraphs=bool(config.get("cudagraphs", False)))
+    hooks["interface"].is_triton_capable = staticmethod(lambda device=None: True)
     if not config.get("cudagraphs", False):
         inductor_config.triton.cudagraphs = False
     if not config.get("autotune", False):
         inductor_config.max_autotune = False
         inductor_config.max_autotune_pointwise = False
-    return {"Scheduling": TritonScheduling, "PythonWrapperCodegen": PythonWrapperCodegen,
-            "CppWrapperCodegen": cpp_wrapper, "WrapperFxCodegen": WrapperFxCodegen}
+    return hooks

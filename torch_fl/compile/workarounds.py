@@ -13,7 +13,10 @@ these are applied. The traps (named as in issue #10):
 (b) indexed loads / index_expr: `utils.get_current_backend()` answers "triton"
     (config.cuda_backend) for every device it does not know, so C++ codegen took
     Triton-only paths (CSE variables without dtype: AssertionError in arange).
-(c) device index: handled in the wrapper itself (cpp_codegen.HostKernelCalls).
+(c) device index: buffers are allocated without it (fixed in the wrapper itself,
+    cpp_codegen.HostKernelCalls.make_allocation), and `utils.device_need_guard`
+    answers True only for GPU types, so the wrapper entered no device guard: a
+    graph on `acme:1` ran its extern and custom ops with `acme:0` current.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def _install_once() -> None:
         return
     _patch_is_cpu()
     _patch_get_current_backend()
+    _patch_device_need_guard()
     _installed = True
 
 
@@ -75,3 +79,17 @@ def _patch_get_current_backend() -> None:
 
     utils.get_current_backend = get_current_backend
     common.get_current_backend = get_current_backend
+
+
+def _patch_device_need_guard() -> None:
+    """Trap (c), the guard half. The scheduler binds the function by name."""
+    import torch._inductor.scheduler as scheduler
+    import torch._inductor.utils as utils
+
+    stock = utils.device_need_guard
+
+    def device_need_guard(device: str) -> bool:
+        return device in _host_devices or stock(device)
+
+    utils.device_need_guard = device_need_guard
+    scheduler.device_need_guard = device_need_guard

@@ -102,10 +102,87 @@ def test_optimize_follows_graph_optimization_switch():
         torch_fl.set_graph_optimization(False)
 
 
-def test_cpp_wrapper_is_refused_clearly():
+def test_cpp_wrapper_and_aot_inductor_are_refused_clearly():
     x = torch.randn(4, device="acme")
     with pytest.raises(Exception, match="cpp_wrapper=True and AOTInductor .* not supported"):
         torch.compile(lambda t: t.sin() + 1, options={"cpp_wrapper": True})(x)
+    exported = torch.export.export(torch.nn.Linear(4, 2).to("acme"), (x.reshape(1, 4),))
+    with pytest.raises(Exception, match="cpp_wrapper=True and AOTInductor .* not supported"):
+        torch._inductor.aoti_compile_and_package(exported)
+
+
+def test_export_of_a_model_on_acme():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8)).to("acme")
+    x = torch.randn(3, 4, device="acme")
+    exported = torch.export.export(model, (x,))
+    assert any(n.target is torch.ops.aten.linear.default for n in exported.graph.nodes)
+    y = exported.module()(x)
+    assert y.device.type == "acme"
+    close(y, model(x))
+
+
+def test_dynamic_shapes_compile_once():
+    frames = []
+
+    def counting_backend(gm, example_inputs):
+        frames.append(gm)
+        from torch._inductor.compile_fx import compile_fx
+        return compile_fx(gm, example_inputs)
+
+    def f(x):
+        return torch.nn.functional.silu(x) * x.sum(-1, keepdim=True)
+
+    g = torch.compile(f, backend=counting_backend, dynamic=True)
+    for rows in (3, 5, 11):
+        x = torch.randn(rows, 7, device="acme")
+        close(g(x), f(x))
+    assert len(frames) == 1, f"recompiled for new sizes: {len(frames)} graphs"
+
+
+def test_reduce_overhead_warns_once_and_matches():
+    import warnings
+
+    from torch_fl.compile import registration
+
+    registration._warned_cudagraphs.discard("acme")
+    x = torch.randn(16, 16, device="acme")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = torch.compile(lambda t: (t * 3).tanh() + 1, mode="reduce-overhead")
+        for _ in range(3):
+            y = f(x)
+        torch.compile(lambda t: t.cos() - 1, mode="reduce-overhead")(x)
+    ours = [str(w.message) for w in caught if "reduce-overhead" in str(w.message)]
+    assert len(ours) == 1 and "no CUDA graphs" in ours[0], ours
+    close(y, (x * 3).tanh() + 1)
+
+
+@torch.library.custom_op("torch_fl_compile_test::add_current_device", mutates_args=())
+def add_current_device(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.acme.current_device()
+
+
+@add_current_device.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_graph_on_second_device_allocates_there_and_guards_it():
+    """Trap (c): buffers of a graph on acme:1 are allocated on acme:1, and its ops run
+    with acme:1 current (the custom op sees it) while the caller's device stays 0."""
+    if torch.accelerator.device_count() < 2:
+        pytest.skip("needs acme:1")
+    torch.acme.set_device(0)
+    x = torch.randn(8, 8, device="acme:1")
+
+    def f(t):
+        return add_current_device(t.sin() * 2) + 1
+
+    y = torch.compile(f)(x)
+    assert y.device == torch.device("acme:1")
+    assert torch.acme.current_device() == 0
+    close(y, (x.sin() * 2) + 1 + 1)  # the custom op added the current device: 1
 
 
 @pytest.mark.slow
@@ -146,14 +223,22 @@ def test_conv_and_model_on_second_device():
     close(y, model(x), atol=1e-5, rtol=1e-4)
 
 
-MAXPOOL_XFAIL = ("compiled max_pool2d backward on acme gives wrong input gradients (forward, "
-                 "and the same graph compiled on CPU, are right): one of Inductor 2.13's "
-                 "'cpu'-only lowering paths not yet covered by torch_fl.compile.workarounds")
+@pytest.mark.slow
+def test_mixed_cpu_and_acme_graph():
+    def f(a, b):
+        c = (a.sin() + 1).cpu() * b          # acme kernel, copy to the CPU, CPU kernel
+        return (c.to("acme") @ a).relu(), c.cos()
+
+    a, b = torch.randn(8, 8, device="acme"), torch.randn(8, 8)
+    got, want = torch.compile(f)(a, b), f(a, b)
+    assert [t.device.type for t in got] == ["acme", "cpu"]
+    for g, w in zip(got, want):
+        close(g, w)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=MAXPOOL_XFAIL)
 def test_max_pool_backward():
+    # Overlapping windows (kernel 3, stride 2): an input can be the maximum of several windows.
     def f(x):
         return torch.nn.functional.max_pool2d(x, 3, 2, 1).sum(dim=(2, 3)).pow(2).sum()
 
@@ -166,10 +251,22 @@ def test_max_pool_backward():
     close(x.grad, eager, atol=1e-4, rtol=1e-4)
 
 
+def grad_error(got, want) -> float:
+    """Largest gradient difference relative to the gradient's own scale."""
+    return ((got.cpu() - want.cpu()).abs().max() / want.cpu().abs().max().clamp_min(1e-12)).item()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["gpt", pytest.param(
-    "resnet18", marks=pytest.mark.xfail(strict=True, reason=MAXPOOL_XFAIL))])
+@pytest.mark.parametrize("which", ["gpt", "resnet18"])
 def test_reference_train_step_matches_eager(which):
+    """The issue's done-when: compiled train steps (default backend) match eager on acme.
+
+    Compared after one step: the loss and every parameter's gradient. Measured on
+    ResNet-18 (batch 4, 32x32): compiled vs eager differ by <= 1.7e-4 of a gradient's
+    scale on CPU and <= 1.3e-4 on acme (reduction order in conv/batch-norm backward);
+    1e-3 leaves room and still catches a wrong kernel (a lost max-pool or conv gradient
+    is O(1)). The second step's loss then checks the optimizer saw the same gradients;
+    BatchNorm on 4 images amplifies the first step's rounding (4e-4 relative), hence 2e-3."""
     from torch_fl.models import GPT, GPTConfig, resnet18
 
     def build():
@@ -187,19 +284,25 @@ def test_reference_train_step_matches_eager(which):
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
     opt_c = torch.optim.SGD(compiled.parameters(), lr=0.05)
     step_c = torch.compile(compiled)
-    for _ in range(2):
-        for model, fwd, opt in ((eager, eager, opt_e), (compiled, step_c, opt_c)):
-            opt.zero_grad()
-            if which == "gpt":
-                _, loss = fwd(*batch)
-            else:
-                loss = torch.nn.functional.cross_entropy(fwd(batch[0]), batch[1])
-            loss.backward()
-            opt.step()
-            model.last_loss = loss.detach()
-    close(compiled.last_loss, eager.last_loss, atol=1e-4, rtol=1e-4)
-    for pc, pe in zip(compiled.parameters(), eager.parameters()):
-        close(pc, pe, atol=1e-4, rtol=1e-3)
+
+    def step(fwd, opt):
+        opt.zero_grad()
+        if which == "gpt":
+            _, loss = fwd(*batch)
+        else:
+            loss = torch.nn.functional.cross_entropy(fwd(batch[0]), batch[1])
+        loss.backward()
+        return loss.detach()
+
+    loss_e, loss_c = step(eager, opt_e), step(step_c, opt_c)
+    close(loss_c, loss_e, atol=1e-5, rtol=1e-5)
+    errors = {name: grad_error(pc.grad, pe.grad) for (name, pc), pe
+              in zip(compiled.named_parameters(), eager.parameters())}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-3, f"{worst}: compiled gradient off by {errors[worst]:.2e} of its scale"
+    opt_e.step()
+    opt_c.step()
+    close(step(step_c, opt_c), step(eager, opt_e), atol=1e-5, rtol=2e-3)
 
 
 NONE_SCRIPT = r"""
