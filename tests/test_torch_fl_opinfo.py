@@ -165,3 +165,20 @@ def test_cli_exit_codes_and_files(tmp_path, capsys):
     assert "0 regression(s)" in printed and "native 50.0% is below 75.0%" in printed
     assert main(["conformance"]) == 2
     assert "choose a suite: --opinfo" in capsys.readouterr().err
+
+
+def test_cpu_twin_of_a_view_keeps_its_storage():
+    """A sample that is a view into a larger storage (as_strided.partial_views:
+    a slice read with an explicit storage_offset) must read the same memory on
+    the CPU as on the device."""
+    device = _acme_or_skip()
+    from torch_fl.testing.opinfo_check import _cpu_twin
+
+    x = torch.arange(20.0).to(device)[5:15]
+    twin = _cpu_twin(x)
+    assert twin.device.type == "cpu" and twin.storage_offset() == 5
+    assert torch.equal(twin, x.cpu())
+    assert torch.equal(torch.as_strided(twin, (2, 2), (1, 2), 0),
+                       torch.as_strided(x, (2, 2), (1, 2), 0).cpu())
+    plain = torch.randn(3, 4).to(device)
+    assert _cpu_twin(plain).storage_offset() == 0 and torch.equal(_cpu_twin(plain), plain.cpu())

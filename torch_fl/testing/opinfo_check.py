@@ -155,6 +155,24 @@ def _names_cpu(sample) -> bool:
                for x in pytree.tree_leaves((sample.input, sample.args, sample.kwargs)))
 
 
+def _cpu_twin(x: torch.Tensor) -> torch.Tensor:
+    """CPU copy of a device tensor. A view into a larger storage (a slice, an
+    offset) keeps its storage, offset, sizes and strides, so ops that read
+    outside the view (as_strided with an explicit storage_offset) see the same
+    memory on both sides; other tensors are plain copies."""
+    if x.layout != torch.strided:
+        return x.to("cpu")
+    if x.is_conj() or x.is_neg() or x.is_quantized:  # lazy bits / quantizer live on the tensor
+        return x.cpu()
+    try:
+        st = x.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # tensors without a storage
+        return x.cpu()
+    if x.storage_offset() == 0 and st.nbytes() == x.numel() * x.element_size():
+        return x.cpu()
+    return torch.empty(0, dtype=x.dtype).set_(st.cpu(), x.storage_offset(), x.size(), x.stride())
+
+
 def _to_cpu_sample(sample, device: torch.device):
     """The CPU twin of a device sample: the same values, device arguments
     (factory ops' device=, Tensor.to's "acme:0") retargeted to the CPU; tensors
@@ -163,7 +181,7 @@ def _to_cpu_sample(sample, device: torch.device):
         if isinstance(x, torch.Tensor):
             if x.device.type != device.type:
                 return x
-            t = x.detach().cpu() if x.layout == torch.strided else x.detach().to("cpu")
+            t = _cpu_twin(x.detach())
             return t.requires_grad_(x.requires_grad)
         if _is_device(x, device) and not isinstance(x, torch.Tensor):
             return torch.device("cpu") if isinstance(x, torch.device) else "cpu"
