@@ -10,7 +10,8 @@ attention with relative position bias, RoPE with grouped-query attention,
 encoder-decoder cross attention, a conv1d audio front end, fused RNN cells.
 
 Used by test_real_models.py, and runnable as a survey that prints, per model
-and precision, pass / first error line / ops on the CPU fallback:
+and precision (float32, bf16 and fp16 autocast), pass / first error line / ops
+on the CPU fallback, and the differences from the CPU (docs/real-models.md):
 
     python examples/acme_backend/tests/real_model_zoo.py [name ...]
 """
@@ -415,7 +416,13 @@ def _survey_one(case: Case, device: str, autocast) -> str:
         first = (str(e).strip().splitlines() or [""])[0][:200]
         return f"ERROR {type(e).__name__}: {first}" + (f"; fallback: {_fb(fb)}" if fb else "")
     fb = torch_fl.get_fallback_log()
-    cpu = train_step(case, model, "cpu", autocast)
+    if autocast is None:
+        cpu = train_step(case, model, "cpu", None)
+    else:  # the reference of test_real_models.py: CPU autocast with CUDA's policy
+        from torch_fl.testing.autocast_reference import cuda_autocast_policy_on_cpu
+
+        with cuda_autocast_policy_on_cpu():
+            cpu = train_step(case, model, "cpu", autocast)
     ref = float64_reference(case, model)
     rel = abs(dev.loss - cpu.loss) / max(1.0, abs(cpu.loss))
     e_dev, e_cpu = grad_errors(dev.grads, ref.grads), grad_errors(cpu.grads, ref.grads)
@@ -435,13 +442,12 @@ def main(argv: list[str]) -> None:
 
     torch.set_num_threads(1)  # see test_real_models.py: CPU's threads spin on a loaded machine
     names = argv or list(CASES)
-    print("| model | float32 | bf16 autocast |\n| --- | --- | --- |")
+    print("| model | float32 | bf16 autocast | fp16 autocast |\n| --- | --- | --- | --- |")
     for name in names:
         case = CASES[name]
         t = time.perf_counter()
-        f32 = _survey_one(case, "acme", None)
-        bf16 = _survey_one(case, "acme", torch.bfloat16)
-        print(f"| {name} | {f32} | {bf16} |  <!-- {time.perf_counter() - t:.1f} s -->", flush=True)
+        cells = [_survey_one(case, "acme", dtype) for dtype in (None, torch.bfloat16, torch.float16)]
+        print(f"| {name} | {' | '.join(cells)} |  <!-- {time.perf_counter() - t:.1f} s -->", flush=True)
 
 
 if __name__ == "__main__":
