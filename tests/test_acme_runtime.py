@@ -49,7 +49,7 @@ def runtime_test_binary(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("acme_runtime")
     # Two compile jobs at once (the machine budget): the test program alone,
     # and the two runtime sources one after the other; then link.
-    groups = [["tests/test_runtime.cpp"], ["acme_runtime.cpp", "adapter.cpp"]]
+    groups = [["tests/test_runtime.cpp"], ["acme_runtime.cpp", "adapter.cpp", "compute_units.cpp"]]
     jobs = []
     for group in groups:
         cmds = [[CXX, *CXXFLAGS, f"-I{RUNTIME}", "-c", str(RUNTIME / src),

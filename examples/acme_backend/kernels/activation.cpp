@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "nn_math.h"
+#include "vec_tensor.h"
 
 namespace acme::kernels {
 using namespace acme::common;
@@ -53,6 +54,7 @@ at::ScalarType bwd_compute(const at::Tensor& grad, const at::Tensor& x) {
 at::Tensor k_relu(const at::Tensor& self) {
   ACME_CHECK_T(self.scalar_type() != at::kBool, "relu", self,
                "relu is not implemented for bool tensors");
+  if (auto out = vec_unary_f32(self, vec::Unary::Relu); out.defined()) return out;
   return unary_kernel<kAllNoBool>("relu", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     // NaN stays NaN (x > 0 is false for NaN, so test the other way round)
@@ -75,6 +77,9 @@ at::Tensor k_threshold_backward(const at::Tensor& grad_output, const at::Tensor&
 // keeps GCC from vectorizing it.
 at::Tensor k_gelu(const at::Tensor& self, c10::string_view approximate) {
   const char* op = "gelu";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  if (auto out = vec_unary_f32(self, tanh_form ? vec::Unary::GeluTanh : vec::Unary::Gelu); out.defined())
+    return out;
   if (gelu_is_tanh(op, approximate)) {
     return unary_kernel<kFloating>(op, self, self.scalar_type(), [](auto tag) {
       using M = opmath_t<ACME_T(tag)>;
@@ -93,6 +98,11 @@ at::Tensor k_gelu(const at::Tensor& self, c10::string_view approximate) {
 at::Tensor k_gelu_backward(const at::Tensor& grad_output, const at::Tensor& self,
                            c10::string_view approximate) {
   const char* op = "gelu_backward";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  if (auto out = vec_binary_f32(grad_output, self, tanh_form ? vec::Binary::GeluTanhBackward
+                                                             : vec::Binary::GeluBackward);
+      out.defined())
+    return out;
   const auto compute = bwd_compute(grad_output, self);
   if (gelu_is_tanh(op, approximate)) {
     return binary_kernel<kFloating>(op, grad_output, self, compute, [](auto tag) {
@@ -117,6 +127,7 @@ at::Tensor k_gelu_backward(const at::Tensor& grad_output, const at::Tensor& self
 }
 
 at::Tensor k_silu(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Silu); out.defined()) return out;
   return unary_kernel<kFloating>("silu", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return x / (M(1) + std::exp(-x)); };
@@ -124,6 +135,7 @@ at::Tensor k_silu(const at::Tensor& self) {
 }
 
 at::Tensor k_silu_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (auto out = vec_binary_f32(grad_output, self, vec::Binary::SiluBackward); out.defined()) return out;
   return binary_kernel<kFloating>("silu_backward", grad_output, self,
                                   bwd_compute(grad_output, self), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
@@ -135,6 +147,7 @@ at::Tensor k_silu_backward(const at::Tensor& grad_output, const at::Tensor& self
 }
 
 at::Tensor k_sigmoid(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Sigmoid); out.defined()) return out;
   return unary_kernel<kFloating>("sigmoid", self, float_compute(self.scalar_type()), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return M(1) / (M(1) + std::exp(-x)); };
@@ -150,6 +163,7 @@ at::Tensor k_sigmoid_backward(const at::Tensor& grad_output, const at::Tensor& o
 }
 
 at::Tensor k_tanh(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Tanh); out.defined()) return out;
   return unary_kernel<kFloating>("tanh", self, float_compute(self.scalar_type()), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return std::tanh(x); };
@@ -300,6 +314,7 @@ at::Tensor k_softplus_backward(const at::Tensor& grad_output, const at::Tensor& 
 }
 
 at::Tensor k_mish(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Mish); out.defined()) return out;
   return unary_kernel<kFloating>("mish", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return x * std::tanh(std::log1p(std::exp(x))); };
@@ -307,6 +322,7 @@ at::Tensor k_mish(const at::Tensor& self) {
 }
 
 at::Tensor k_mish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (auto out = vec_binary_f32(grad_output, self, vec::Binary::MishBackward); out.defined()) return out;
   return binary_kernel<kFloating>("mish_backward", grad_output, self, bwd_compute(grad_output, self),
                                   [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;

@@ -13,6 +13,7 @@ set(ACME_RUNTIME_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_library(acme_runtime STATIC
   ${ACME_RUNTIME_DIR}/acme_runtime.cpp
   ${ACME_RUNTIME_DIR}/adapter.cpp
+  ${ACME_RUNTIME_DIR}/compute_units.cpp
 )
 set_target_properties(acme_runtime PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_compile_features(acme_runtime PUBLIC cxx_std_20)
