@@ -179,6 +179,9 @@ at::Tensor k_tanh_backward(const at::Tensor& grad_output, const at::Tensor& outp
 }
 
 at::Tensor k_leaky_relu(const at::Tensor& self, const at::Scalar& negative_slope) {
+  if (self.scalar_type() == at::kFloat)
+    if (auto out = vec_unary_f32(self, vec::Unary::LeakyRelu, negative_slope.to<float>()); out.defined())
+      return out;
   return unary_kernel<kFloating>("leaky_relu", self, self.scalar_type(), [&](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M slope = negative_slope.to<M>();
@@ -292,6 +295,10 @@ at::Tensor k_elu_backward(const at::Tensor& grad_output, const at::Scalar& alpha
 }
 
 at::Tensor k_softplus(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold) {
+  if (self.scalar_type() == at::kFloat)
+    if (auto out = vec_unary_f32(self, vec::Unary::Softplus, beta.to<float>(), threshold.to<float>());
+        out.defined())
+      return out;
   return unary_kernel<kFloating>("softplus", self, self.scalar_type(), [&](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M b = beta.to<M>(), th = threshold.to<M>();

@@ -5,7 +5,7 @@
 // ATen's at::vec, as PyTorch's CPU kernels use it), acme's "vendor math library".
 //
 // This header is light on purpose (no ATen): kernels include it and call
-//   if (auto fn = vec::unary_f32()) fn(vec::Unary::Sin, in, out, n);
+//   if (auto fn = vec::unary_f32()) fn(vec::Unary::Sin, in, out, n, 0.f, 0.f);
 // and fall back to their scalar loop when it returns null (no vector unit).
 //
 // Every lane is computed the same way whatever its position (tails go through
@@ -25,6 +25,10 @@ enum class Unary : int {
   // cheap ones too: without -m flags the compiler has only SSE2 for the scalar
   // loops (floor and round become libm calls there)
   Floor, Ceil, Round, Trunc, Frac, Neg, Abs, Relu,
+  // with parameters p0, p1 (unused by the ops above)
+  LeakyRelu,  // p0 = negative slope
+  Softplus,   // p0 = beta, p1 = threshold: x where beta * x > threshold
+  PowScalar,  // p0 = exponent
 };
 
 enum class Binary : int {
@@ -36,12 +40,12 @@ enum class Binary : int {
   Pow,               // (base, exponent)
 };
 
-using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n);
+using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
 using BinaryFn = void (*)(Binary op, const float* a, const float* b, float* out, int64_t n);
 
 // Per instruction set (defined in vec_math_<isa>.cpp).
-void unary_f32_avx512(Unary op, const float* in, float* out, int64_t n);
-void unary_f32_avx2(Unary op, const float* in, float* out, int64_t n);
+void unary_f32_avx512(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
+void unary_f32_avx2(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
 void binary_f32_avx512(Binary op, const float* a, const float* b, float* out, int64_t n);
 void binary_f32_avx2(Binary op, const float* a, const float* b, float* out, int64_t n);
 

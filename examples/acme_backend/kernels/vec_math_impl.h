@@ -59,7 +59,7 @@ inline V softplus(V x) { return x.exp().log1p(); }
 
 }  // namespace
 
-void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n) {
+void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n, float p0, float p1) {
   switch (op) {
     case Unary::Exp: return loop1(in, out, n, [](V x) { return x.exp(); });
     case Unary::Exp2: return loop1(in, out, n, [](V x) { return x.exp2(); });
@@ -108,6 +108,14 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n)
     case Unary::Abs: return loop1(in, out, n, [](V x) { return x.abs(); });
     // x < 0 is false for NaN: NaN stays NaN, as in torch
     case Unary::Relu: return loop1(in, out, n, [](V x) { return V::blendv(x, V(0.f), x < V(0.f)); });
+    case Unary::LeakyRelu:
+      return loop1(in, out, n, [s = V(p0)](V x) { return V::blendv(x * s, x, x > V(0.f)); });
+    case Unary::Softplus:
+      return loop1(in, out, n, [beta = V(p0), th = V(p1)](V x) {
+        const V bx = x * beta;
+        return V::blendv(bx.exp().log1p() / beta, x, bx > th);
+      });
+    case Unary::PowScalar: return loop1(in, out, n, [e = V(p0)](V x) { return x.pow(e); });
   }
 }
 

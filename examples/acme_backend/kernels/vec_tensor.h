@@ -19,14 +19,14 @@ inline at::Tensor empty_like_dense(const at::Tensor& t) {
                            : at::empty_strided(t.sizes(), t.strides(), t.options());
 }
 
-inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v) {
+inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 = 0.f, float p1 = 0.f) {
   auto fn = vec::unary_f32();
   if (!fn || self.scalar_type() != at::kFloat || !self.is_non_overlapping_and_dense()) return {};
   at::Tensor out = empty_like_dense(self);
   const float* in = static_cast<const float*>(self.data_ptr());
   float* o = static_cast<float*>(out.data_ptr());
   common::parallel_for(self.numel(), common::kGrainMath, [&](int64_t begin, int64_t end) {
-    fn(v, in + begin, o + begin, end - begin);
+    fn(v, in + begin, o + begin, end - begin, p0, p1);
   });
   return out;
 }

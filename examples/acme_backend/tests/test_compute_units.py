@@ -53,6 +53,10 @@ UNARY = {  # name: (fn, input kind)
     "gelu_tanh": (lambda t: F.gelu(t, approximate="tanh"), "x"),
     "silu": (F.silu, "x"),
     "mish": (F.mish, "x"),
+    "leaky_relu": (lambda t: F.leaky_relu(t, 0.1), "x"),
+    "softplus": (lambda t: F.softplus(t, beta=2.0, threshold=10.0), "x"),
+    "pow_2.5": (lambda t: torch.pow(t, 2.5), "pos"),
+    "atan2": (lambda t: torch.atan2(t, t.flip(0) if t.dim() == 1 else t.t().flip(0).t()), "x"),
 }
 
 
