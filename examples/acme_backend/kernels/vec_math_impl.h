@@ -53,15 +53,30 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f; // 1/sqrt(2*pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f; // sqrt(2/pi)
 constexpr float kKappa = 0.044715f;
 
-inline V sigmoid(V x) { return (V(1.f) + x.neg().exp()).reciprocal(); }
+// exp within 2 ULP (what PyTorch's own float exp uses): measurably faster than
+// the 1-ULP Sleef exp, and well inside every tolerance.
+inline V exp(V x) { return x.exp_u20(); }
 
-inline V softplus(V x) { return x.exp().log1p(); }
+// tanh within 3.5 ULP: Sleef's 1-ULP tanh costs over twice as much.
+inline V tanh(V x) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return V(Sleef_tanhf16_u35(x));
+#elif defined(CPU_CAPABILITY_AVX2)
+  return V(Sleef_tanhf8_u35(x));
+#else
+  return x.tanh();
+#endif
+}
+
+inline V sigmoid(V x) { return (V(1.f) + exp(x.neg())).reciprocal(); }
+
+inline V softplus(V x) { return exp(x).log1p(); }
 
 }  // namespace
 
 void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n, float p0, float p1) {
   switch (op) {
-    case Unary::Exp: return loop1(in, out, n, [](V x) { return x.exp(); });
+    case Unary::Exp: return loop1(in, out, n, [](V x) { return exp(x); });
     case Unary::Exp2: return loop1(in, out, n, [](V x) { return x.exp2(); });
     case Unary::Expm1: return loop1(in, out, n, [](V x) { return x.expm1(); });
     case Unary::Log: return loop1(in, out, n, [](V x) { return x.log(); });
@@ -76,7 +91,7 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::Atan: return loop1(in, out, n, [](V x) { return x.atan(); });
     case Unary::Sinh: return loop1(in, out, n, [](V x) { return x.sinh(); });
     case Unary::Cosh: return loop1(in, out, n, [](V x) { return x.cosh(); });
-    case Unary::Tanh: return loop1(in, out, n, [](V x) { return x.tanh(); });
+    case Unary::Tanh: return loop1(in, out, n, [](V x) { return tanh(x); });
     case Unary::Asinh: return loop1(in, out, n, [](V x) { return x.asinh(); });
     case Unary::Acosh: return loop1(in, out, n, [](V x) { return x.acosh(); });
     case Unary::Atanh: return loop1(in, out, n, [](V x) { return x.atanh(); });
@@ -96,9 +111,9 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::GeluTanh:
       return loop1(in, out, n, [](V x) {
         const V inner = V(kSqrt2OverPi) * (x + V(kKappa) * x * x * x);
-        return V(0.5f) * x * (V(1.f) + inner.tanh());
+        return V(0.5f) * x * (V(1.f) + tanh(inner));
       });
-    case Unary::Mish: return loop1(in, out, n, [](V x) { return x * softplus(x).tanh(); });
+    case Unary::Mish: return loop1(in, out, n, [](V x) { return x * tanh(softplus(x)); });
     case Unary::Floor: return loop1(in, out, n, [](V x) { return x.floor(); });
     case Unary::Ceil: return loop1(in, out, n, [](V x) { return x.ceil(); });
     case Unary::Round: return loop1(in, out, n, [](V x) { return x.round(); });  // half to even
@@ -113,7 +128,7 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::Softplus:
       return loop1(in, out, n, [beta = V(p0), th = V(p1)](V x) {
         const V bx = x * beta;
-        return V::blendv(bx.exp().log1p() / beta, x, bx > th);
+        return V::blendv(exp(bx).log1p() / beta, x, bx > th);
       });
     case Unary::PowScalar: return loop1(in, out, n, [e = V(p0)](V x) { return x.pow(e); });
   }
@@ -124,14 +139,14 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
     case Binary::GeluBackward:
       return loop2(a, b, out, n, [](V g, V x) {
         const V cdf = V(0.5f) * (V(1.f) + (x * V(kSqrt1_2)).erf());
-        const V pdf = (V(-0.5f) * x * x).exp() * V(kInvSqrt2Pi);
+        const V pdf = exp(V(-0.5f) * x * x) * V(kInvSqrt2Pi);
         return g * (cdf + x * pdf);
       });
     case Binary::GeluTanhBackward:
       return loop2(a, b, out, n, [](V g, V x) {
         const V x2 = x * x;
         const V inner = V(kSqrt2OverPi) * (x + V(kKappa) * x2 * x);
-        const V t = inner.tanh();
+        const V t = tanh(inner);
         const V d_inner = V(kSqrt2OverPi) * (V(1.f) + V(3.f * kKappa) * x2);
         return g * (V(0.5f) * (V(1.f) + t) + V(0.5f) * x * (V(1.f) - t * t) * d_inner);
       });
@@ -142,7 +157,7 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
       });
     case Binary::MishBackward:
       return loop2(a, b, out, n, [](V g, V x) {
-        const V t = softplus(x).tanh();
+        const V t = tanh(softplus(x));
         return g * (t + x * sigmoid(x) * (V(1.f) - t * t));
       });
     case Binary::Atan2: return loop2(a, b, out, n, [](V y, V x) { return y.atan2(x); });
