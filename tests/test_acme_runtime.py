@@ -50,7 +50,7 @@ def runtime_test_binary(tmp_path_factory) -> Path:
     # Two compile jobs at once (the machine budget): the test program alone,
     # and the runtime sources one after the other; then link.
     groups = [["tests/test_runtime.cpp", "options.cpp"],
-              ["device.cpp", "memory.cpp", "stream.cpp", "adapter.cpp"]]
+              ["device.cpp", "memory.cpp", "stream.cpp", "adapter.cpp", "compute_units.cpp"]]
     jobs = []
     for group in groups:
         cmds = [[CXX, *CXXFLAGS, f"-I{RUNTIME}", "-c", str(RUNTIME / src),

@@ -71,6 +71,16 @@ def test_minimal_descriptor_gets_defaults(tmp_path):
                            "garbage_collection_threshold": 0.0, "env": "NPU9_ALLOC_CONF"}
     assert d.amp_dtypes == () and d.comm_backend is None and d.native == ()
     assert d.fallback == FallbackPolicy("allow", (), (), "NPU9_FALLBACK_WARN")
+    assert (d.compute_units, d.compute_units_env) == (1, "NPU9_COMPUTE_UNITS")
+
+
+@pytest.mark.parametrize("value,units,env", [
+    ("{default: 8}", 8, "ACME_COMPUTE_UNITS"),
+    ("{default: auto, env: ACME_UNITS}", 0, "ACME_UNITS"),  # 0 = the host's threads
+])
+def test_compute_units(tmp_path, value, units, env):
+    d = load_device(variant(tmp_path, l4=f"device_count: {{default: 2}}\ncompute_units: {value}"))
+    assert (d.compute_units, d.compute_units_env) == (units, env)
 
 
 @pytest.mark.parametrize("line,value,field,words", [
@@ -85,6 +95,13 @@ def test_minimal_descriptor_gets_defaults(tmp_path):
     (4, "device_count: {default: 0}", "device_count.default", ["out of range", ">= 1"]),
     (4, "device_count: {default: two}", "device_count.default", ["wrong type", "an integer"]),
     (4, "device_count: {env: X}", "device_count.default", ["missing required field"]),
+    ((4, 5), "device_count: {default: 2}\ncompute_units: {default: 0}", "compute_units.default",
+     ["the number 0", "an integer 1..1024, or auto"]),
+    ((4, 5), "device_count: {default: 2}\ncompute_units: {default: many}", "compute_units.default",
+     ["'many'", "an integer 1..1024, or auto"]),
+    ((4, 5), "device_count: {default: 2}\ncompute_units: 4", "compute_units", ["{default: <count>|auto"]),
+    ((4, 5), "device_count: {default: 2}\ncompute_units: {default: 4, env: units}",
+     "compute_units.env", ["environment variable"]),
     (7, "  capacity_env: acme_cap", "memory.capacity_env", ["environment variable"]),
     (14, "dtypes: [float32, bfloat61]", "dtypes[1]", ["unknown value 'bfloat61'", "did you mean 'bfloat16'"]),
     (15, "amp_dtypes: [float64]", "amp_dtypes[0]", ["unknown value 'float64'", "float16 or bfloat16"]),

@@ -324,6 +324,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "display_name": d.display_name,
         "device_count": d.device_count_default,
         "device_count_env": d.device_count_env,
+        "compute_units": d.compute_units,
+        "compute_units_env": d.compute_units_env,
         "memory_capacity": d.memory_capacity,
         "memory_capacity_env": d.memory_capacity_env,
         "memory_alignment": d.memory_alignment,

@@ -314,6 +314,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                                      "remove it, or set codegen: triton"))
 
     count = data.get("device_count", {"default": 1})
+    units = data.get("compute_units", {"default": 1})
     descriptor = DeviceDescriptor(
         name=name,
         display_name=data.get("display_name", name),
@@ -342,6 +343,8 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         ),
         file=doc.file,
         compile=_compile_config(compile_section, name),
+        compute_units=0 if units["default"] == "auto" else int(units["default"]),
+        compute_units_env=units.get("env", f"{upper}_COMPUTE_UNITS"),
     )
     if len(errors.errors) > before:
         return None

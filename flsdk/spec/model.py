@@ -106,6 +106,8 @@ class DeviceDescriptor:
     fallback: FallbackPolicy
     file: str                        # the device.yaml it came from
     compile: CompileConfig = CompileConfig("none", None, False, False)
+    compute_units: int = 1           # per device, >= 1; 0 = auto (a simulator: the host's threads)
+    compute_units_env: str = ""      # env var overriding compute_units ("" = <NAME>_COMPUTE_UNITS)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (tuples as lists), e.g. for a generated DESCRIPTOR."""

@@ -148,6 +148,9 @@ def _translate(doc: Document, err) -> list[SpecError]:
     if v == "minLength":
         return [doc.error(path, "must not be empty", expected)]
 
+    if v in ("oneOf", "anyOf"):  # alternatives: the x-expected text lists them
+        return [doc.error(path, f"{_describe(inst)} is not allowed", expected)]
+
     # Anything else: jsonschema's own words, which are correct if terse.
     return [doc.error(path, err.message, expected)]
 

@@ -49,6 +49,17 @@ int parse_count(const std::string& text, const char* variable) {
   return static_cast<int>(value);
 }
 
+// "auto" -> 0, "1".."1024" -> the count; throws with the variable name on junk.
+int parse_units(const std::string& text, const char* variable) {
+  if (text == "auto") return 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  TORCH_CHECK(end != text.c_str() && *end == '\0' && value >= 1 && value <= 1024, kBackendName,
+              ": ", variable, "='", text,
+              "' is not a compute unit count; expected an integer 1..1024 or 'auto'");
+  return static_cast<int>(value);
+}
+
 std::string env(const char* name) {
   const char* value = (name && *name) ? std::getenv(name) : nullptr;
   return value ? std::string(value) : std::string();
@@ -59,10 +70,13 @@ void initialize_locked() {
   cfg.device_count = config::kDefaultDeviceCount;
   cfg.memory_capacity = config::kMemoryCapacity;
   cfg.memory_alignment = config::kMemoryAlignment;
+  cfg.compute_units = config::kComputeUnits;
   if (auto text = env(config::kDeviceCountEnv); !text.empty())
     cfg.device_count = parse_count(text, config::kDeviceCountEnv);
   if (auto text = env(config::kMemoryCapacityEnv); !text.empty())
     cfg.memory_capacity = parse_size(text, config::kMemoryCapacityEnv);
+  if (auto text = env(config::kComputeUnitsEnv); !text.empty())
+    cfg.compute_units = parse_units(text, config::kComputeUnitsEnv);
   check_status(runtime::init(cfg), "runtime::init");
   g_device_count = runtime::device_count();
 }

@@ -48,3 +48,18 @@ target_link_libraries(${FLSDK_BACKEND_TARGET} PRIVATE "${ACME_OPENBLAS_LIBRARY}"
 set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY BUILD_RPATH "${ACME_OPENBLAS_LIB_DIR}")
 set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY INSTALL_RPATH
              "$ORIGIN/../scipy_openblas32/lib")
+
+# acme's vector math (kernels/vec_math.h): one object per x86-64 instruction
+# set, chosen at run time by what the CPU supports. ATen's vector classes pick
+# their implementation from CPU_CAPABILITY; the precompiled header is skipped
+# because it was built without these -m flags.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+  set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/kernels/vec_math_avx512.cpp" PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c"
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
+    SKIP_PRECOMPILE_HEADERS ON)
+  set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/kernels/vec_math_avx2.cpp" PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c"
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
+    SKIP_PRECOMPILE_HEADERS ON)
+endif()

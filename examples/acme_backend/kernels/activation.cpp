@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "nn_math.h"
+#include "vec_tensor.h"
 
 namespace acme::kernels {
 using namespace acme::common;
@@ -51,6 +52,7 @@ at::ScalarType bwd_compute(const at::Tensor& grad, const at::Tensor& x) {
 at::Tensor k_relu(const at::Tensor& self) {
   ACME_CHECK_T(self.scalar_type() != at::kBool, "relu", self,
                "relu is not implemented for bool tensors");
+  if (auto out = vec_unary_f32(self, vec::Unary::Relu); out.defined()) return out;
   return unary_kernel<kAllNoBool>("relu", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     // NaN stays NaN (x > 0 is false for NaN, so test the other way round)
@@ -73,6 +75,9 @@ at::Tensor k_threshold_backward(const at::Tensor& grad_output, const at::Tensor&
 // keeps GCC from vectorizing it.
 at::Tensor k_gelu(const at::Tensor& self, c10::string_view approximate) {
   const char* op = "gelu";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  if (auto out = vec_unary_f32(self, tanh_form ? vec::Unary::GeluTanh : vec::Unary::Gelu); out.defined())
+    return out;
   if (gelu_is_tanh(op, approximate)) {
     return unary_kernel<kFloating>(op, self, self.scalar_type(), [](auto tag) {
       using M = opmath_t<ACME_T(tag)>;
@@ -91,6 +96,11 @@ at::Tensor k_gelu(const at::Tensor& self, c10::string_view approximate) {
 at::Tensor k_gelu_backward(const at::Tensor& grad_output, const at::Tensor& self,
                            c10::string_view approximate) {
   const char* op = "gelu_backward";
+  const bool tanh_form = gelu_is_tanh(op, approximate);
+  if (auto out = vec_binary_f32(grad_output, self, tanh_form ? vec::Binary::GeluTanhBackward
+                                                             : vec::Binary::GeluBackward);
+      out.defined())
+    return out;
   const auto compute = bwd_compute(grad_output, self);
   if (gelu_is_tanh(op, approximate)) {
     return binary_kernel<kFloating>(op, grad_output, self, compute, [](auto tag) {
@@ -115,6 +125,7 @@ at::Tensor k_gelu_backward(const at::Tensor& grad_output, const at::Tensor& self
 }
 
 at::Tensor k_silu(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Silu); out.defined()) return out;
   return unary_kernel<kFloating>("silu", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return x / (M(1) + std::exp(-x)); };
@@ -122,6 +133,7 @@ at::Tensor k_silu(const at::Tensor& self) {
 }
 
 at::Tensor k_silu_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (auto out = vec_binary_f32(grad_output, self, vec::Binary::SiluBackward); out.defined()) return out;
   return binary_kernel<kFloating>("silu_backward", grad_output, self,
                                   bwd_compute(grad_output, self), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
@@ -133,6 +145,7 @@ at::Tensor k_silu_backward(const at::Tensor& grad_output, const at::Tensor& self
 }
 
 at::Tensor k_sigmoid(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Sigmoid); out.defined()) return out;
   return unary_kernel<kFloating>("sigmoid", self, float_compute(self.scalar_type()), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return M(1) / (M(1) + std::exp(-x)); };
@@ -148,6 +161,7 @@ at::Tensor k_sigmoid_backward(const at::Tensor& grad_output, const at::Tensor& o
 }
 
 at::Tensor k_tanh(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Tanh); out.defined()) return out;
   return unary_kernel<kFloating>("tanh", self, float_compute(self.scalar_type()), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return std::tanh(x); };
@@ -163,6 +177,9 @@ at::Tensor k_tanh_backward(const at::Tensor& grad_output, const at::Tensor& outp
 }
 
 at::Tensor k_leaky_relu(const at::Tensor& self, const at::Scalar& negative_slope) {
+  if (self.scalar_type() == at::kFloat)
+    if (auto out = vec_unary_f32(self, vec::Unary::LeakyRelu, negative_slope.to<float>()); out.defined())
+      return out;
   return unary_kernel<kFloating>("leaky_relu", self, self.scalar_type(), [&](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M slope = negative_slope.to<M>();
@@ -276,6 +293,10 @@ at::Tensor k_elu_backward(const at::Tensor& grad_output, const at::Scalar& alpha
 }
 
 at::Tensor k_softplus(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold) {
+  if (self.scalar_type() == at::kFloat)
+    if (auto out = vec_unary_f32(self, vec::Unary::Softplus, beta.to<float>(), threshold.to<float>());
+        out.defined())
+      return out;
   return unary_kernel<kFloating>("softplus", self, self.scalar_type(), [&](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M b = beta.to<M>(), th = threshold.to<M>();
@@ -298,6 +319,7 @@ at::Tensor k_softplus_backward(const at::Tensor& grad_output, const at::Tensor& 
 }
 
 at::Tensor k_mish(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Mish); out.defined()) return out;
   return unary_kernel<kFloating>("mish", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return x * std::tanh(std::log1p(std::exp(x))); };
@@ -305,6 +327,7 @@ at::Tensor k_mish(const at::Tensor& self) {
 }
 
 at::Tensor k_mish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (auto out = vec_binary_f32(grad_output, self, vec::Binary::MishBackward); out.defined()) return out;
   return binary_kernel<kFloating>("mish_backward", grad_output, self, bwd_compute(grad_output, self),
                                   [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;

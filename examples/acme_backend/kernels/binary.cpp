@@ -2,6 +2,7 @@
 // pow, min/max, modulo, bitwise. Inputs broadcast and promote as in torch;
 // CPU 0-dim tensors (wrapped Python scalars) are read on the host.
 #include "common/common.h"
+#include "vec_tensor.h"
 
 #include "kernels.h"
 
@@ -158,6 +159,14 @@ at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponen
     ACME_CHECK(exponent.toLong() >= 0, op,
                "Integers to negative integer powers are not allowed.");
   }
+  if (compute == at::kFloat && exponent.isFloatingPoint()) {
+    // a general float exponent: the vector pow (the exact paths below are kept
+    // for 2, 0.5 and -1, and integer exponents stay std::pow)
+    const double e = exponent.toDouble();
+    if (e != std::nearbyint(e) && e != 0.5)
+      if (auto out = vec_unary_f32(self, vec::Unary::PowScalar, static_cast<float>(e)); out.defined())
+        return out;
+  }
   return unary_kernel<kAllNoBool>(op, self, compute, [&exponent](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M e = exponent.to<M>();
@@ -277,6 +286,7 @@ at::Tensor k_remainder_Tensor(const at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
+  if (auto out = vec_binary_f32(self, other, vec::Binary::Atan2); out.defined()) return out;
   const auto compute = float_compute(promote({&self, &other}));
   return binary_kernel<kFloating>("atan2", self, other, compute, [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;

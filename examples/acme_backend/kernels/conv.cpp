@@ -87,7 +87,11 @@ int64_t images_per_gemm(const ConvGeom& g) {
 template <class T>
 void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
   const int64_t Cg = g.Cg();
-  for (int64_t c = 0; c < Cg; ++c) {
+  // Channels touch disjoint rows of col and planes of big: split them over
+  // the compute units, ~kGrainCheap elements per chunk.
+  const int64_t per_channel = std::max<int64_t>(1, g.kd * g.kh * g.kw * g.P());
+  cm::parallel_for(Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel), [&](int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
    for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
@@ -128,13 +132,18 @@ void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
     }
    }
   }
+  });
 }
 
 // col2im of one image/group: big (Cg, D, H, W) += scatter of col (K, P), row stride ld.
 template <class T>
 void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
   const int64_t Cg = g.Cg();
-  for (int64_t c = 0; c < Cg; ++c) {
+  // Channels touch disjoint rows of col and planes of big: split them over
+  // the compute units, ~kGrainCheap elements per chunk.
+  const int64_t per_channel = std::max<int64_t>(1, g.kd * g.kh * g.kw * g.P());
+  cm::parallel_for(Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel), [&](int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
    for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
@@ -166,6 +175,7 @@ void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
     }
    }
   }
+  });
 }
 
 // Small-side block of group grp for images [n0, n0+nb) as an (Og, nb*P)

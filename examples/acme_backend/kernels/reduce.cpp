@@ -112,47 +112,79 @@ Plan make_plan(const char* op, const at::Tensor& self, const std::vector<bool>& 
 
 // Runs reducer `r` over the plan. Reducer: Acc init(); void step(Acc&, In, int64_t idx);
 // Acc merge(Acc, Acc) (only used when kLanes); store(int64_t out_index, const Acc&).
+//
+// Work is split over the compute units (common/parallel.h) without changing any
+// output's arithmetic: an output reduces its run in fixed 4096-element chunks
+// (8 lanes each) merged in chunk order whichever unit computed them, so the
+// result is bitwise the same for any number of units.
 template <class In, class Red, class Store>
 void run(const Plan& p, Red r, Store store) {
   using Acc = decltype(r.init());
   const In* data = static_cast<const In*>(p.src.data_ptr());
   const int64_t A = p.A, R = p.R, B = p.B;
   if (B == 1) {
-    for (int64_t a = 0; a < A; ++a) {
+    constexpr int64_t kChunk = 4096;  // bounded float error per chunk
+    // partial of x[start, end), one chunk
+    auto chunk = [&r](const In* x, int64_t start, int64_t end) {
+      Acc lane[8];
+      for (auto& l : lane) l = r.init();
+      int64_t i = start;
+      for (; i + 8 <= end; i += 8)
+        for (int l = 0; l < 8; ++l) r.step(lane[l], x[i + l], i + l);
+      for (; i < end; ++i) r.step(lane[0], x[i], i);
+      Acc c = lane[0];
+      for (int l = 1; l < 8; ++l) c = r.merge(c, lane[l]);
+      return c;
+    };
+    auto reduce_one = [&](int64_t a) {
       const In* x = data + a * R;
       Acc total = r.init();
       if constexpr (Red::kLanes) {
-        constexpr int64_t kChunk = 4096;  // bounded float error per chunk
-        for (int64_t start = 0; start < R; start += kChunk) {
-          const int64_t end = std::min(R, start + kChunk);
-          Acc lane[8];
-          for (auto& l : lane) l = r.init();
-          int64_t i = start;
-          for (; i + 8 <= end; i += 8)
-            for (int l = 0; l < 8; ++l) r.step(lane[l], x[i + l], i + l);
-          for (; i < end; ++i) r.step(lane[0], x[i], i);
-          Acc c = lane[0];
-          for (int l = 1; l < 8; ++l) c = r.merge(c, lane[l]);
-          total = r.merge(total, c);
-        }
+        for (int64_t start = 0; start < R; start += kChunk)
+          total = r.merge(total, chunk(x, start, std::min(R, start + kChunk)));
       } else {
         for (int64_t i = 0; i < R; ++i) r.step(total, x[i], i);
       }
       store(a, total);
+    };
+    if constexpr (Red::kLanes) {
+      if (A == 1 && R > kChunk) {  // one long run (a full reduction): its chunks in parallel
+        const int64_t nchunks = (R + kChunk - 1) / kChunk;
+        // not std::vector: Acc may be bool, and chunks are written concurrently
+        std::unique_ptr<Acc[]> partial(new Acc[static_cast<size_t>(nchunks)]);
+        parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c)
+            partial[c] = chunk(data, c * kChunk, std::min(R, (c + 1) * kChunk));
+        });
+        Acc total = r.init();
+        for (int64_t c = 0; c < nchunks; ++c) total = r.merge(total, partial[c]);
+        store(0, total);
+        return;
+      }
     }
+    parallel_for(A, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(R, 1)),
+                 [&](int64_t a0, int64_t a1) {
+                   for (int64_t a = a0; a < a1; ++a) reduce_one(a);
+                 });
     return;
   }
-  // not std::vector: Acc may be bool
-  std::unique_ptr<Acc[]> acc(new Acc[static_cast<size_t>(B)]);
-  for (int64_t a = 0; a < A; ++a) {
-    for (int64_t b = 0; b < B; ++b) acc[b] = r.init();
-    for (int64_t i = 0; i < R; ++i) {
-      const In* row = data + (a * R + i) * B;
-      Acc* __restrict av = acc.get();
-      for (int64_t b = 0; b < B; ++b) r.step(av[b], row[b], i);
+  // B > 1: every column b of every a reduces over R in order; work items are
+  // (a, block of columns), each with its own accumulators.
+  constexpr int64_t kCols = 256;
+  const int64_t blocks = (B + kCols - 1) / kCols;
+  const int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(R * std::min(B, kCols), 1));
+  parallel_for(A * blocks, grain, [&](int64_t w0, int64_t w1) {
+    Acc acc[kCols];  // not std::vector: Acc may be bool
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t a = w / blocks, b0 = (w % blocks) * kCols, nb = std::min(kCols, B - b0);
+      for (int64_t b = 0; b < nb; ++b) acc[b] = r.init();
+      for (int64_t i = 0; i < R; ++i) {
+        const In* row = data + (a * R + i) * B + b0;
+        for (int64_t b = 0; b < nb; ++b) r.step(acc[b], row[b], i);
+      }
+      for (int64_t b = 0; b < nb; ++b) store(a * B + b0 + b, acc[b]);
     }
-    for (int64_t b = 0; b < B; ++b) store(a * B + b, acc[b]);
-  }
+  });
 }
 
 template <class T>

@@ -2,6 +2,7 @@
 // default float dtype, as in torch) and type-preserving ops (abs, neg, sign,
 // rounding, bitwise_not).
 #include "common/common.h"
+#include "vec_tensor.h"
 
 #include "kernels.h"
 
@@ -24,99 +25,109 @@ at::Tensor float_unary(const char* op, const at::Tensor& self, F fn) {
 
 }  // namespace
 
+namespace {
+// float_unary with a vector-math fast path for float32.
+template <class F>
+at::Tensor float_unary(const char* op, const at::Tensor& self, F fn, vec::Unary v) {
+  at::Tensor out = vec_unary_f32(self, v);
+  return out.defined() ? out : float_unary(op, self, fn);
+}
+}  // namespace
+
 at::Tensor k_exp(const at::Tensor& self) {
-  return float_unary("exp", self, [](auto x) -> decltype(x) { return std::exp(x); });
+  return float_unary("exp", self, [](auto x) -> decltype(x) { return std::exp(x); }, vec::Unary::Exp);
 }
 
 at::Tensor k_exp2(const at::Tensor& self) {
-  return float_unary("exp2", self, [](auto x) -> decltype(x) { return std::exp2(x); });
+  return float_unary("exp2", self, [](auto x) -> decltype(x) { return std::exp2(x); }, vec::Unary::Exp2);
 }
 
 at::Tensor k_expm1(const at::Tensor& self) {
-  return float_unary("expm1", self, [](auto x) -> decltype(x) { return std::expm1(x); });
+  return float_unary("expm1", self, [](auto x) -> decltype(x) { return std::expm1(x); }, vec::Unary::Expm1);
 }
 
 at::Tensor k_log(const at::Tensor& self) {
-  return float_unary("log", self, [](auto x) -> decltype(x) { return std::log(x); });
+  return float_unary("log", self, [](auto x) -> decltype(x) { return std::log(x); }, vec::Unary::Log);
 }
 
 at::Tensor k_log2(const at::Tensor& self) {
-  return float_unary("log2", self, [](auto x) -> decltype(x) { return std::log2(x); });
+  return float_unary("log2", self, [](auto x) -> decltype(x) { return std::log2(x); }, vec::Unary::Log2);
 }
 
 at::Tensor k_log10(const at::Tensor& self) {
-  return float_unary("log10", self, [](auto x) -> decltype(x) { return std::log10(x); });
+  return float_unary("log10", self, [](auto x) -> decltype(x) { return std::log10(x); }, vec::Unary::Log10);
 }
 
 at::Tensor k_log1p(const at::Tensor& self) {
-  return float_unary("log1p", self, [](auto x) -> decltype(x) { return std::log1p(x); });
+  return float_unary("log1p", self, [](auto x) -> decltype(x) { return std::log1p(x); }, vec::Unary::Log1p);
 }
 
 at::Tensor k_sqrt(const at::Tensor& self) {
-  return float_unary("sqrt", self, [](auto x) -> decltype(x) { return std::sqrt(x); });
+  return float_unary("sqrt", self, [](auto x) -> decltype(x) { return std::sqrt(x); }, vec::Unary::Sqrt);
 }
 
 at::Tensor k_rsqrt(const at::Tensor& self) {
-  return float_unary("rsqrt", self, [](auto x) -> decltype(x) { return decltype(x)(1) / std::sqrt(x); });
+  return float_unary("rsqrt", self, [](auto x) -> decltype(x) { return decltype(x)(1) / std::sqrt(x); }, vec::Unary::Rsqrt);
 }
 
 at::Tensor k_reciprocal(const at::Tensor& self) {
-  return float_unary("reciprocal", self, [](auto x) -> decltype(x) { return decltype(x)(1) / x; });
+  return float_unary("reciprocal", self, [](auto x) -> decltype(x) { return decltype(x)(1) / x; }, vec::Unary::Reciprocal);
 }
 
 at::Tensor k_sin(const at::Tensor& self) {
-  return float_unary("sin", self, [](auto x) -> decltype(x) { return std::sin(x); });
+  return float_unary("sin", self, [](auto x) -> decltype(x) { return std::sin(x); }, vec::Unary::Sin);
 }
 
 at::Tensor k_cos(const at::Tensor& self) {
-  return float_unary("cos", self, [](auto x) -> decltype(x) { return std::cos(x); });
+  return float_unary("cos", self, [](auto x) -> decltype(x) { return std::cos(x); }, vec::Unary::Cos);
 }
 
 at::Tensor k_tan(const at::Tensor& self) {
-  return float_unary("tan", self, [](auto x) -> decltype(x) { return std::tan(x); });
+  return float_unary("tan", self, [](auto x) -> decltype(x) { return std::tan(x); }, vec::Unary::Tan);
 }
 
 at::Tensor k_asin(const at::Tensor& self) {
-  return float_unary("asin", self, [](auto x) -> decltype(x) { return std::asin(x); });
+  return float_unary("asin", self, [](auto x) -> decltype(x) { return std::asin(x); }, vec::Unary::Asin);
 }
 
 at::Tensor k_acos(const at::Tensor& self) {
-  return float_unary("acos", self, [](auto x) -> decltype(x) { return std::acos(x); });
+  return float_unary("acos", self, [](auto x) -> decltype(x) { return std::acos(x); }, vec::Unary::Acos);
 }
 
 at::Tensor k_atan(const at::Tensor& self) {
-  return float_unary("atan", self, [](auto x) -> decltype(x) { return std::atan(x); });
+  return float_unary("atan", self, [](auto x) -> decltype(x) { return std::atan(x); }, vec::Unary::Atan);
 }
 
 at::Tensor k_sinh(const at::Tensor& self) {
-  return float_unary("sinh", self, [](auto x) -> decltype(x) { return std::sinh(x); });
+  return float_unary("sinh", self, [](auto x) -> decltype(x) { return std::sinh(x); }, vec::Unary::Sinh);
 }
 
 at::Tensor k_cosh(const at::Tensor& self) {
-  return float_unary("cosh", self, [](auto x) -> decltype(x) { return std::cosh(x); });
+  return float_unary("cosh", self, [](auto x) -> decltype(x) { return std::cosh(x); }, vec::Unary::Cosh);
 }
 
 at::Tensor k_asinh(const at::Tensor& self) {
-  return float_unary("asinh", self, [](auto x) -> decltype(x) { return std::asinh(x); });
+  return float_unary("asinh", self, [](auto x) -> decltype(x) { return std::asinh(x); }, vec::Unary::Asinh);
 }
 
 at::Tensor k_acosh(const at::Tensor& self) {
-  return float_unary("acosh", self, [](auto x) -> decltype(x) { return std::acosh(x); });
+  return float_unary("acosh", self, [](auto x) -> decltype(x) { return std::acosh(x); }, vec::Unary::Acosh);
 }
 
 at::Tensor k_atanh(const at::Tensor& self) {
-  return float_unary("atanh", self, [](auto x) -> decltype(x) { return std::atanh(x); });
+  return float_unary("atanh", self, [](auto x) -> decltype(x) { return std::atanh(x); }, vec::Unary::Atanh);
 }
 
 at::Tensor k_erf(const at::Tensor& self) {
-  return float_unary("erf", self, [](auto x) -> decltype(x) { return std::erf(x); });
+  return float_unary("erf", self, [](auto x) -> decltype(x) { return std::erf(x); }, vec::Unary::Erf);
 }
 
 at::Tensor k_erfc(const at::Tensor& self) {
-  return float_unary("erfc", self, [](auto x) -> decltype(x) { return std::erfc(x); });
+  return float_unary("erfc", self, [](auto x) -> decltype(x) { return std::erfc(x); }, vec::Unary::Erfc);
 }
 
 at::Tensor k_abs(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Abs); out.defined()) return out;
   return unary_kernel<kAllNoBool>("abs", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {
@@ -130,6 +141,7 @@ at::Tensor k_neg(const at::Tensor& self) {
   ACME_CHECK_T(self.scalar_type() != at::kBool, "neg", self,
                "negation, the `-` operator, on a bool tensor is not supported; "
                "use the `~` or `logical_not()` operator instead");
+  if (auto out = vec_unary_f32(self, vec::Unary::Neg); out.defined()) return out;
   return unary_kernel<kAllNoBool>("neg", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return static_cast<M>(-x); };
@@ -149,6 +161,7 @@ at::Tensor k_sign(const at::Tensor& self) {
 // Rounding ops are the identity on integers (torch returns a copy).
 
 at::Tensor k_floor(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Floor); out.defined()) return out;
   return unary_kernel<kAllNoBool>("floor", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {
@@ -159,6 +172,7 @@ at::Tensor k_floor(const at::Tensor& self) {
 }
 
 at::Tensor k_ceil(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Ceil); out.defined()) return out;
   return unary_kernel<kAllNoBool>("ceil", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {
@@ -169,6 +183,7 @@ at::Tensor k_ceil(const at::Tensor& self) {
 }
 
 at::Tensor k_trunc(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Trunc); out.defined()) return out;
   return unary_kernel<kAllNoBool>("trunc", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {
@@ -180,6 +195,7 @@ at::Tensor k_trunc(const at::Tensor& self) {
 
 // half to even, as torch.round
 at::Tensor k_round(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Round); out.defined()) return out;
   return unary_kernel<kAllNoBool>("round", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {
@@ -190,6 +206,7 @@ at::Tensor k_round(const at::Tensor& self) {
 }
 
 at::Tensor k_frac(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Frac); out.defined()) return out;
   return unary_kernel<kFloating>("frac", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M { return x - std::trunc(x); };
@@ -271,11 +288,11 @@ double digamma_d(double x) {
 at::Tensor k_erfinv(const at::Tensor& self) {
   return float_unary("erfinv", self, [](auto x) -> decltype(x) {
     return static_cast<decltype(x)>(erfinv_d(static_cast<double>(x)));
-  });
+  }, vec::Unary::Erfinv);
 }
 
 at::Tensor k_lgamma(const at::Tensor& self) {
-  return float_unary("lgamma", self, [](auto x) -> decltype(x) { return std::lgamma(x); });
+  return float_unary("lgamma", self, [](auto x) -> decltype(x) { return std::lgamma(x); }, vec::Unary::Lgamma);
 }
 
 at::Tensor k_digamma(const at::Tensor& self) {

@@ -2,7 +2,10 @@
 // a thin mapping onto the acme vendor runtime's C API. Kept free of logic on
 // purpose: every check and every message comes from the runtime itself, so the
 // PyTorch glue and direct runtime users see the same behaviour.
+// The one exception: compute units (compute_units.h), a pool beside the
+// runtime, whose size init() and the "compute_units" option set here.
 #include "acme_runtime.h"
+#include "compute_units.h"
 
 #include <string>
 #include <utility>
@@ -25,10 +28,16 @@ Status st(acmeError_t e) { return static_cast<Status>(e); }
 acmeStream_t as_stream(Stream s) { return static_cast<acmeStream_t>(s); }
 acmeEvent_t as_event(Event e) { return static_cast<acmeEvent_t>(e); }
 
+// Message of a failed "compute_units" option on this thread, reported by the
+// next last_error() (the runtime's own last error knows nothing of units).
+thread_local std::string t_units_error;
+
 }  // namespace
 
 Status init(const DeviceConfig& config) {
-  return st(acmeInit(config.device_count, config.memory_capacity, config.memory_alignment));
+  Status s = st(acmeInit(config.device_count, config.memory_capacity, config.memory_alignment));
+  if (s == Status::Ok) units::configure(config.compute_units);
+  return s;
 }
 
 int device_count() {
@@ -120,11 +129,14 @@ void kernel_begin() { acmeKernelBegin(); }
 void kernel_end() { acmeKernelEnd(); }
 
 Status set_option(const char* key, const char* value) {
+  if (key && std::string(key) == "compute_units")
+    return units::set_option(value ? value : "", &t_units_error) ? Status::Ok : Status::InvalidValue;
   return st(acmeSetOption(key, value));
 }
 
 // Unknown keys give "" (the interface has no status here); last_error() says why.
 std::string get_option(const char* key) {
+  if (key && std::string(key) == "compute_units") return units::get_option();
   size_t needed = 0;
   if (acmeGetOption(key, nullptr, 0, &needed) != acmeSuccess) return {};
   std::string v(needed + 1, '\0');
@@ -139,7 +151,13 @@ std::string get_option(const char* key) {
   return {};
 }
 
-const char* last_error() { return acmeGetLastErrorString(); }
+const char* last_error() {
+  thread_local std::string shown;
+  if (t_units_error.empty()) return acmeGetLastErrorString();
+  shown = std::move(t_units_error);
+  t_units_error.clear();
+  return shown.c_str();
+}
 
 Status launch(int device, Stream stream, std::function<void()> fn) {
   return st(acmeLaunch(device, as_stream(stream), std::move(fn)));

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "dtype.h"
+#include "parallel.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -149,6 +150,64 @@ class StridedIter {
     }
   }
 
+  // for_each restricted to the elements at linear positions [begin, end) of
+  // the (built) iteration order: runs are cut at begin and end, so disjoint
+  // ranges visit disjoint elements (used to split a loop over compute units).
+  template <class F>
+  void for_each_range(int64_t begin, int64_t end, F&& body) const {
+    end = std::min(end, numel_);
+    if (begin >= end) return;
+    char* ptrs[kMaxOperands];
+    if (ndim_ == 0) {
+      for (int k = 0; k < nops_; ++k) ptrs[k] = base_[k];
+      const int64_t zero[kMaxOperands] = {0, 0, 0, 0, 0};
+      body(static_cast<char* const*>(ptrs), zero, int64_t(1));
+      return;
+    }
+    const int inner = ndim_ - 1;
+    int64_t counter[kMaxDims] = {0};
+    int64_t rest = begin;
+    for (int d = inner; d >= 0; --d) {
+      counter[d] = rest % shape_[d];
+      rest /= shape_[d];
+    }
+    int64_t s[kMaxOperands];
+    for (int k = 0; k < nops_; ++k) {
+      s[k] = stride_[k][inner];
+      ptrs[k] = base_[k];
+      for (int d = 0; d < ndim_; ++d) ptrs[k] += counter[d] * stride_[k][d];
+    }
+    int64_t left = end - begin;
+    while (true) {
+      const int64_t run = std::min(shape_[inner] - counter[inner], left);
+      body(static_cast<char* const*>(ptrs), static_cast<const int64_t*>(s), run);
+      left -= run;
+      if (left == 0) return;
+      // back to the start of the inner dim, then carry into the outer dims
+      for (int k = 0; k < nops_; ++k) ptrs[k] -= counter[inner] * s[k];
+      counter[inner] = 0;
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        for (int k = 0; k < nops_; ++k) ptrs[k] += stride_[k][d];
+        if (++counter[d] < shape_[d]) break;
+        for (int k = 0; k < nops_; ++k) ptrs[k] -= stride_[k][d] * shape_[d];
+        counter[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
+
+  // for_each split over the compute units in chunks of `grain` elements. The
+  // body must only touch the elements of the run it is given.
+  template <class F>
+  void parallel_for_each(int64_t grain, F&& body) const {
+    if (numel_ <= grain) {
+      for_each(body);
+      return;
+    }
+    parallel_for(numel_, grain, [&](int64_t begin, int64_t end) { for_each_range(begin, end, body); });
+  }
+
  private:
   int ndim_ = 0;
   int nops_ = 0;
@@ -162,11 +221,12 @@ class StridedIter {
 // Operand 0 is the output. `f` gets the input element values and returns a
 // value that is converted to Out with cvt<Out>. Contiguous runs and the
 // "one input is a broadcast scalar" runs use plain indexed loops the compiler
-// can vectorize; other runs use byte strides.
+// can vectorize; other runs use byte strides. The loops are split over the
+// compute units (parallel.h), so `f` must be a pure function of its inputs.
 
 template <class Out, class A, class F>
 inline void map1(const StridedIter& it, F f) {
-  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+  it.parallel_for_each(kGrainCheap, [&](char* const* p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out) && s[1] == sizeof(A)) {
       Out* __restrict o = reinterpret_cast<Out*>(p[0]);
       const A* __restrict a = reinterpret_cast<const A*>(p[1]);
@@ -187,7 +247,7 @@ inline void map1(const StridedIter& it, F f) {
 
 template <class Out, class A, class B, class F>
 inline void map2(const StridedIter& it, F f) {
-  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+  it.parallel_for_each(kGrainCheap, [&](char* const* p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out)) {
       Out* __restrict o = reinterpret_cast<Out*>(p[0]);
       const A* __restrict a = reinterpret_cast<const A*>(p[1]);
@@ -229,7 +289,7 @@ inline void map2(const StridedIter& it, F f) {
 
 template <class Out, class A, class B, class C, class F>
 inline void map3(const StridedIter& it, F f) {
-  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+  it.parallel_for_each(kGrainCheap, [&](char* const* p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B) && s[3] == sizeof(C)) {
       Out* __restrict o = reinterpret_cast<Out*>(p[0]);
       const A* __restrict a = reinterpret_cast<const A*>(p[1]);

@@ -9,7 +9,8 @@
 //                      return [](M x) { return std::exp(x); }; });
 //
 // Element functors get values in opmath_t<T> (float for float16/bfloat16) and
-// their result is rounded once into the output dtype.
+// their result is rounded once into the output dtype. Loops are split over
+// the compute units (parallel.h): element functors must be pure.
 #pragma once
 
 #include <c10/core/DefaultDtype.h>
@@ -63,13 +64,17 @@ inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::Scala
       using M = opmath_t<T>;
       using O = out_t<OutT, T>;
       auto f = factory(tag);
-      const T* __restrict a = static_cast<const T*>(self.data_ptr());
-      O* __restrict o = static_cast<O*>(out.data_ptr());
-      const int64_t n = self.numel();
-      for (int64_t i = 0; i < n; ++i) {
-        auto r = f(static_cast<M>(a[i]));
-        o[i] = cvt<O, decltype(r)>(r);
-      }
+      const T* a = static_cast<const T*>(self.data_ptr());
+      O* o = static_cast<O*>(out.data_ptr());
+      parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+        const T* __restrict ca = a + begin;
+        O* __restrict co = o + begin;
+        const int64_t n = end - begin;
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(static_cast<M>(ca[i]));
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      });
     });
     return out;
   }
@@ -94,14 +99,19 @@ inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::T
       using M = opmath_t<T>;
       using O = out_t<OutT, T>;
       auto f = factory(tag);
-      const T* __restrict x = static_cast<const T*>(a.data_ptr());
-      const T* __restrict y = static_cast<const T*>(b.data_ptr());
-      O* __restrict o = static_cast<O*>(out.data_ptr());
-      const int64_t n = a.numel();
-      for (int64_t i = 0; i < n; ++i) {
-        auto r = f(static_cast<M>(x[i]), static_cast<M>(y[i]));
-        o[i] = cvt<O, decltype(r)>(r);
-      }
+      const T* x = static_cast<const T*>(a.data_ptr());
+      const T* y = static_cast<const T*>(b.data_ptr());
+      O* o = static_cast<O*>(out.data_ptr());
+      parallel_for(a.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+        const T* __restrict cx = x + begin;
+        const T* __restrict cy = y + begin;
+        O* __restrict co = o + begin;
+        const int64_t n = end - begin;
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(static_cast<M>(cx[i]), static_cast<M>(cy[i]));
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      });
     });
     return out;
   }

@@ -1,0 +1,71 @@
+// Parallel loops over acme's compute units (runtime/compute_units.h).
+//
+//   parallel_for(n, grain, [&](int64_t begin, int64_t end) { ... });
+//   T r = parallel_reduce(n, grain, identity, chunk_fn, combine);
+//
+// [0, n) is cut into chunks of exactly `grain` elements (the last one may be
+// shorter): the cut depends on n and grain only, never on how many units run
+// or on timing, so
+// * a pointwise loop writes the same bytes with 1 unit or 16, and
+// * a reduction combines the same per-chunk partials in the same (chunk)
+//   order, so its result is bitwise identical for any unit count.
+// Loops of at most one chunk run inline without touching the pool.
+//
+// Units used: min(the device's compute units, torch's intra-op thread count):
+// acme's units are host threads that share the cores with torch's CPU work,
+// so torch.set_num_threads(1) makes acme single-unit as it makes CPU
+// single-threaded (the same rule as the BLAS threads in gemm.h).
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include "compute_units.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace acme::common {
+
+// Grain sizes (elements per chunk) by cost per element: a chunk should take
+// tens of microseconds, well above the cost of waking a worker.
+constexpr int64_t kGrainCheap = 32768;  // copies, add, mul, relu
+constexpr int64_t kGrainMath = 8192;    // exp, sin, tanh, gelu (vector math)
+constexpr int64_t kGrainHeavy = 1024;   // scalar libm calls, erfinv, lgamma
+
+inline int max_units() { return std::max(1, at::get_num_threads()); }
+
+template <class F>
+inline void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  if (n <= grain) {
+    f(int64_t(0), n);
+    return;
+  }
+  const int64_t chunks = (n + grain - 1) / grain;
+  units::run(chunks, max_units(), [&](int64_t c) {
+    const int64_t begin = c * grain;
+    f(begin, std::min(n, begin + grain));
+  });
+}
+
+// chunk(begin, end) -> T is the partial of one chunk; combine(acc, partial)
+// folds them left to right in chunk order, starting from `identity`.
+template <class T, class Chunk, class Combine>
+inline T parallel_reduce(int64_t n, int64_t grain, T identity, Chunk&& chunk, Combine&& combine) {
+  if (n <= 0) return identity;
+  grain = std::max<int64_t>(grain, 1);
+  if (n <= grain) return combine(identity, chunk(int64_t(0), n));
+  const int64_t chunks = (n + grain - 1) / grain;
+  std::vector<T> partial(static_cast<size_t>(chunks), identity);
+  units::run(chunks, max_units(), [&](int64_t c) {
+    const int64_t begin = c * grain;
+    partial[static_cast<size_t>(c)] = chunk(begin, std::min(n, begin + grain));
+  });
+  T acc = identity;
+  for (const T& p : partial) acc = combine(acc, p);
+  return acc;
+}
+
+}  // namespace acme::common

@@ -1,0 +1,83 @@
+// acme's vector math: float32 loops of transcendental pointwise functions,
+// built for the host's vector units (AVX-512 and AVX2+FMA, vec_math_avx512.cpp
+// and vec_math_avx2.cpp compile vec_math_impl.h with the matching flags) and
+// chosen at run time by what the CPU supports. The math is Sleef's (through
+// ATen's at::vec, as PyTorch's CPU kernels use it), acme's "vendor math library".
+//
+// This header is light on purpose (no ATen): kernels include it and call
+//   if (auto fn = vec::unary_f32()) fn(vec::Unary::Sin, in, out, n, 0.f, 0.f);
+// and fall back to their scalar loop when it returns null (no vector unit).
+//
+// Every lane is computed the same way whatever its position (tails go through
+// the same vector code with a partial load), so the result of an element does
+// not depend on how a loop is cut into chunks.
+#pragma once
+
+#include <cstdint>
+
+namespace acme::vec {
+
+enum class Unary : int {
+  Exp, Exp2, Expm1, Log, Log2, Log10, Log1p,
+  Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh,
+  Erf, Erfc, Erfinv, Lgamma, Sqrt, Rsqrt, Reciprocal,
+  Sigmoid, Silu, Gelu, GeluTanh, Mish,
+  // cheap ones too: without -m flags the compiler has only SSE2 for the scalar
+  // loops (floor and round become libm calls there)
+  Floor, Ceil, Round, Trunc, Frac, Neg, Abs, Relu,
+  // with parameters p0, p1 (unused by the ops above)
+  LeakyRelu,  // p0 = negative slope
+  Softplus,   // p0 = beta, p1 = threshold: x where beta * x > threshold
+  PowScalar,  // p0 = exponent
+};
+
+enum class Binary : int {
+  GeluBackward,      // (grad, x)
+  GeluTanhBackward,  // (grad, x)
+  SiluBackward,      // (grad, x)
+  MishBackward,      // (grad, x)
+  Atan2,             // (y, x)
+  Pow,               // (base, exponent)
+};
+
+using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
+using BinaryFn = void (*)(Binary op, const float* a, const float* b, float* out, int64_t n);
+
+// Per instruction set (defined in vec_math_<isa>.cpp).
+void unary_f32_avx512(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
+void unary_f32_avx2(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
+void binary_f32_avx512(Binary op, const float* a, const float* b, float* out, int64_t n);
+void binary_f32_avx2(Binary op, const float* a, const float* b, float* out, int64_t n);
+
+// 2 = AVX-512 (F, BW, VL, DQ), 1 = AVX2 + FMA, 0 = neither (scalar loops).
+inline int host_isa() {
+  static const int isa = [] {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+  }();
+  return isa;
+}
+
+inline UnaryFn unary_f32() {
+  switch (host_isa()) {
+    case 2: return &unary_f32_avx512;
+    case 1: return &unary_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+inline BinaryFn binary_f32() {
+  switch (host_isa()) {
+    case 2: return &binary_f32_avx512;
+    case 1: return &binary_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+}  // namespace acme::vec

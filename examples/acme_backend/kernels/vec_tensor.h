@@ -1,0 +1,51 @@
+// acme's vector math (vec_math.h) applied to tensors: float32 tensors in any
+// dense layout (contiguous, channels_last, transposed) are processed as flat
+// arrays, split over the compute units. The functions return an undefined
+// tensor when they do not apply (other dtypes, strided views, mismatched
+// layouts, a host without a vector unit): callers then take their scalar loop.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include "common/parallel.h"
+#include "vec_math.h"
+
+namespace acme::kernels {
+
+inline at::Tensor empty_like_dense(const at::Tensor& t) {
+  return t.is_contiguous() ? at::empty(t.sizes(), t.options())
+                           : at::empty_strided(t.sizes(), t.strides(), t.options());
+}
+
+inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 = 0.f, float p1 = 0.f) {
+  auto fn = vec::unary_f32();
+  if (!fn || self.scalar_type() != at::kFloat || !self.is_non_overlapping_and_dense()) return {};
+  at::Tensor out = empty_like_dense(self);
+  const float* in = static_cast<const float*>(self.data_ptr());
+  float* o = static_cast<float*>(out.data_ptr());
+  common::parallel_for(self.numel(), common::kGrainMath, [&](int64_t begin, int64_t end) {
+    fn(v, in + begin, o + begin, end - begin, p0, p1);
+  });
+  return out;
+}
+
+// Both inputs float32, same sizes and strides, dense.
+inline at::Tensor vec_binary_f32(const at::Tensor& a, const at::Tensor& b, vec::Binary v) {
+  auto fn = vec::binary_f32();
+  if (!fn || a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+      a.sizes() != b.sizes() || a.strides() != b.strides() || a.device() != b.device() ||
+      !a.is_non_overlapping_and_dense())
+    return {};
+  at::Tensor out = empty_like_dense(a);
+  const float* x = static_cast<const float*>(a.data_ptr());
+  const float* y = static_cast<const float*>(b.data_ptr());
+  float* o = static_cast<float*>(out.data_ptr());
+  common::parallel_for(a.numel(), common::kGrainMath, [&](int64_t begin, int64_t end) {
+    fn(v, x + begin, y + begin, o + begin, end - begin);
+  });
+  return out;
+}
+
+}  // namespace acme::kernels
