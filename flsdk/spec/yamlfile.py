@@ -88,8 +88,14 @@ def parse_yaml(text: str, file: str = "<string>") -> Document:
         line = mark.line + 1 if mark is not None else None
         what = " ".join(s for s in (exc.context, exc.problem) if s)
         raise SpecError(file, line, "", f"malformed YAML: {what or exc}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+        line = text[:exc.position].count("\n") + 1 if isinstance(exc.position, int) else 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise SpecError(file, line, "", f"malformed YAML: character {char!r} is not allowed in YAML text",
+                        "printable text (use an escape such as \"\\t\" inside a quoted string)") from None
     except yaml.YAMLError as exc:
-        raise SpecError(file, None, "", f"malformed YAML: {exc}") from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise SpecError(file, 1, "", f"malformed YAML: {first}") from None
     doc = Document(file=file, data=None, lines={(): 1})
     if node is None:  # empty file
         return doc
