@@ -74,6 +74,11 @@ def run_compare(args) -> int:
     from . import _backends
     from .compare import compare_model
 
+    try:
+        model, inputs, loss_fn, targets = build_workload(args.model)
+    except ValueError as exc:
+        print(f"flsdk compare: {exc}", file=sys.stderr)
+        return 2
     device_b = args.device_b or _backends.first_device()
     if device_b is None:
         from .discovery import backend_reports
@@ -83,11 +88,6 @@ def run_compare(args) -> int:
               + ("; ".join(reasons) if reasons else "no flsdk backend is installed"),
               file=sys.stderr)
         return 1
-    try:
-        model, inputs, loss_fn, targets = build_workload(args.model)
-    except ValueError as exc:
-        print(f"flsdk compare: {exc}", file=sys.stderr)
-        return 2
     try:
         report = compare_model(model, inputs, args.device_a, device_b, loss_fn=loss_fn,
                                targets=targets, atol=args.atol, rtol=args.rtol)
