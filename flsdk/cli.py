@@ -250,17 +250,19 @@ def _shadowing_source(package: str) -> str | None:
     is ''); when that is a source folder without the built extension, every
     `python -c "import torch ..."` run here gets the broken copy. doctor itself runs
     from its script's folder and would not notice, so it looks."""
-    import importlib.util
-
-    local = Path.cwd() / package
+    cwd = Path.cwd().resolve()
+    local = cwd / package
     if not (local / "__init__.py").is_file() or list(local.glob("_C*.so")) or list(local.glob("_C*.pyd")):
         return None
-    spec = importlib.util.find_spec(package)
-    installed = Path(spec.origin).parent if spec and spec.origin else None
-    if installed is not None and installed.resolve() == local.resolve():
-        return None
+    installed = None
+    for entry in sys.path:  # where python would find it if this folder were not first
+        base = Path(entry or ".").resolve()
+        if base != cwd and (base / package / "__init__.py").is_file():
+            installed = base / package
+            break
     return (f"python started here imports {local} (a source folder, no built extension) instead of "
-            f"the installed {installed or package}; run python from another folder")
+            + (f"the installed {installed}" if installed else "an installed package (none found)")
+            + "; run python from another folder")
 
 
 def cmd_compare(args) -> int:
