@@ -155,16 +155,36 @@ def cmd_new_backend(args) -> int:
     from flsdk.scaffold import render_backend
 
     out = Path(args.out or args.name).resolve()
-    written = render_backend(args.name, out, args.display_name)
-    print(f"flsdk new-backend: {args.name}: {len(written)} files in {out}")
-    if not args.no_gen:
-        gen_args = argparse.Namespace(path=str(out), check=False, dry_run=False, force=False)
-        code = cmd_gen(gen_args)
-        if code:
-            return code
+    existed = out.exists()
+    if existed and (not out.is_dir() or any(out.iterdir())):
+        return _err(f"{out} exists and is not empty; flsdk never overwrites a backend repo")
+    try:
+        written = render_backend(args.name, out, args.display_name)
+        print(f"flsdk new-backend: {args.name}: {len(written)} files in {out}")
+        code = 0 if args.no_gen else cmd_gen(
+            argparse.Namespace(path=str(out), check=False, dry_run=False, force=False))
+    except BaseException:
+        _remove_scaffold(out, existed)
+        raise
+    if code:  # a refused backend leaves nothing half-written behind
+        _remove_scaffold(out, existed)
+        return code
     print(f"next: cd {out} && pip install --no-build-isolation . && "
           f"python -c \"import torch; print(torch.ones(2, device='{args.name}') + 1)\"")
     return 0
+
+
+def _remove_scaffold(out: Path, existed: bool) -> None:
+    """Undo a refused new-backend: the folder it created, or (when it was given an
+    empty folder) what it wrote into it. render_backend refuses non-empty folders,
+    so nothing of the user's is removed."""
+    if not out.is_dir():
+        return
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
 
 def _version_of(command: list[str]) -> str:
@@ -206,6 +226,13 @@ def cmd_doctor(args) -> int:
         state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
         print(f"installed backend {report['name']} ({report['package']}): {state}")
         problems += 0 if report["loaded"] else 1
+        shadow = _shadowing_source(report["package"])
+        if shadow:
+            print(f"backend {report['name']}: SHADOWED in this folder: {shadow}")
+            problems += 1
+    chosen = os.environ.get("TORCH_FL_BACKEND")
+    if chosen:
+        print(f"TORCH_FL_BACKEND={chosen}: `import torch` autoloads only that backend")
     print("version compatibility (torch <-> torch_fl <-> backend <-> driver/runtime):")
     print("  " + compat_report().replace("\n", "\n  "))
     for row in compat_matrix():
@@ -216,6 +243,26 @@ def cmd_doctor(args) -> int:
             print(f"backend {row['name']} cannot start: {name} ({fix})")
     print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
     return 1 if problems else 0
+
+
+def _shadowing_source(package: str) -> str | None:
+    """`python` started in the current folder imports ./<package> first (sys.path[0]
+    is ''); when that is a source folder without the built extension, every
+    `python -c "import torch ..."` run here gets the broken copy. doctor itself runs
+    from its script's folder and would not notice, so it looks."""
+    cwd = Path.cwd().resolve()
+    local = cwd / package
+    if not (local / "__init__.py").is_file() or list(local.glob("_C*.so")) or list(local.glob("_C*.pyd")):
+        return None
+    installed = None
+    for entry in sys.path:  # where python would find it if this folder were not first
+        base = Path(entry or ".").resolve()
+        if base != cwd and (base / package / "__init__.py").is_file():
+            installed = base / package
+            break
+    return (f"python started here imports {local} (a source folder, no built extension) instead of "
+            + (f"the installed {installed}" if installed else "an installed package (none found)")
+            + "; run python from another folder")
 
 
 def cmd_compare(args) -> int:
@@ -238,8 +285,16 @@ def cmd_conformance(args) -> int:
     return run_cli(args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and exit 2) like every other error."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flsdk", description="Generate and inspect PyTorch "
+    parser = _Parser(prog="flsdk", description="Generate and inspect PyTorch "
                                      "PrivateUse1 backends from op specs.")
     parser.add_argument("--version", action="version", version=f"flsdk {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -273,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("compare", help="layer-by-layer precision report of a model on two devices")
-    p.add_argument("--model", default="resnet18", help="resnet18 or gpt")
+    p.add_argument("--model", default="resnet18",
+                   help="resnet18, gpt, or module:factory: your own model; factory() returns "
+                   "(model, inputs[, loss_fn[, targets]])")
     p.add_argument("--device-a", default="cpu")
     p.add_argument("--device-b", default=None)
     p.add_argument("--json", help="write the report as JSON to this file")
@@ -336,6 +393,17 @@ def _run(args) -> int:
         return _err(str(exc))
     except OSError as exc:
         return _err(f"{exc.strerror or exc}: {exc.filename or ''}".strip(": "))
+    except KeyboardInterrupt:
+        return _err("interrupted")
+    except Exception as exc:
+        # Anything else is a failure at run time (a device error, a broken
+        # install) or a bug in flsdk: one line for the user, the traceback on demand.
+        if os.environ.get("FLSDK_TRACEBACK"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"flsdk {args.command}: {type(exc).__name__}: {first} "
+              "(FLSDK_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

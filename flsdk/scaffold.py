@@ -8,16 +8,13 @@ to need no extra dependency.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import jinja2
 
 from flsdk import __version__
 
-RESERVED = {"cpu", "cuda", "meta", "mps", "xpu", "xla", "hip", "mtia", "hpu", "ipu", "lazy",
-            "vulkan", "privateuseone", "maia", "fpga", "ve", "opengl", "opencl", "ideep", "mkldnn"}
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+MAX_NAME = 32
 
 
 class ScaffoldError(Exception):
@@ -33,12 +30,17 @@ def template_dir() -> Path:
 
 
 def check_name(name: str) -> None:
-    if not NAME_RE.match(name):
-        raise ScaffoldError(f"backend name {name!r} must be lowercase letters, digits and _ , "
-                            "starting with a letter (it becomes the device type, a C++ namespace "
-                            "and the package torch_fl_<name>)")
-    if name in RESERVED:
-        raise ScaffoldError(f"backend name {name!r} is already a PyTorch device type; pick another")
+    """Refuse a name PyTorch, C++ or Python cannot take (flsdk.spec.names has the rules
+    device.yaml's `name` is checked with), before anything is written."""
+    from flsdk.spec.names import backend_name_problem
+
+    problem = backend_name_problem(name)
+    if problem is None and len(name) > MAX_NAME:
+        problem = f"{name!r} is longer than {MAX_NAME} characters"
+    if problem:
+        raise ScaffoldError(f"backend name {problem}; the name becomes the device type "
+                            f"(torch.device(\"{name}\")), a C++ namespace and the package "
+                            f"torch_fl_{name}: lowercase letters and _, starting with a letter")
 
 
 def render_backend(name: str, out: Path, display_name: str | None = None) -> list[Path]:

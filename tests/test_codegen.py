@@ -177,7 +177,7 @@ def test_gen_outside_a_backend_is_a_clear_error(tmp_path, capsys):
 
 
 def test_new_backend_refuses_bad_names_and_non_empty_folders(tmp_path):
-    with pytest.raises(ScaffoldError, match="already a PyTorch device"):
+    with pytest.raises(ScaffoldError, match="torch device type already"):
         render_backend("cuda", tmp_path / "x")
     with pytest.raises(ScaffoldError, match="lowercase"):
         render_backend("Zeta-1", tmp_path / "y")

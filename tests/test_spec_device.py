@@ -61,17 +61,17 @@ def test_good_fixture_loads():
 
 def test_minimal_descriptor_gets_defaults(tmp_path):
     path = tmp_path / "device.yaml"
-    path.write_text("name: npu9\nmemory: {capacity: 16 GiB}\ndtypes: [float32]\n")
+    path.write_text("name: npu_nine\nmemory: {capacity: 16 GiB}\ndtypes: [float32]\n")
     d = load_device(path)
-    assert d.display_name == "npu9"
-    assert (d.device_count_default, d.device_count_env) == (1, "NPU9_DEVICE_COUNT")
+    assert d.display_name == "npu_nine"
+    assert (d.device_count_default, d.device_count_env) == (1, "NPU_NINE_DEVICE_COUNT")
     assert d.memory_capacity == 16 * 2**30 and d.memory_alignment == 512
-    assert d.memory_capacity_env == "NPU9_MEMORY_CAPACITY"
+    assert d.memory_capacity_env == "NPU_NINE_MEMORY_CAPACITY"
     assert d.allocator == {"round_size": 512, "max_split_size": None,
-                           "garbage_collection_threshold": 0.0, "env": "NPU9_ALLOC_CONF"}
+                           "garbage_collection_threshold": 0.0, "env": "NPU_NINE_ALLOC_CONF"}
     assert d.amp_dtypes == () and d.comm_backend is None and d.native == ()
-    assert d.fallback == FallbackPolicy("allow", (), (), "NPU9_FALLBACK_WARN")
-    assert (d.compute_units, d.compute_units_env) == (1, "NPU9_COMPUTE_UNITS")
+    assert d.fallback == FallbackPolicy("allow", (), (), "NPU_NINE_FALLBACK_WARN")
+    assert (d.compute_units, d.compute_units_env) == (1, "NPU_NINE_COMPUTE_UNITS")
 
 
 @pytest.mark.parametrize("value,units,env", [

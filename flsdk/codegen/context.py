@@ -381,35 +381,63 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     package = values["package"]
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
-    cases, skipped_cases = conformance_cases(backend, registered)
+    cases = conformance_cases(backend, registered)
     outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
-                          {"cases_py": pprint.pformat(cases, width=100),
-                           "skipped_py": pprint.pformat(skipped_cases, width=100)}))
+                          {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,
                           skipped_variants=skipped, outputs=outputs)
 
 
+def case_id(op: str, dtype: str, sample: int) -> str:
+    """Test id of one case, stable when other ops are added: `add.Tensor-float32-s0`
+    (`pytest -k add.Tensor` selects one op; custom ops read `acme.fused-float32-s0`)."""
+    return f"{op.replace('::', '.')}-{dtype}-s{sample}"
+
+
 def conformance_cases(backend: Backend, registered: list[str]):
-    """(op, sample, dtype, atol, rtol) for every registered op x sample x dtype the
-    device supports, and {op: reason} for registered ops that are not compared."""
-    cases, skipped = [], {}
+    """The generated test's cases, each a tuple starting with its stable id:
+    `functional` (id, op, sample, dtype, atol, rtol) against PyTorch's CPU kernel;
+    `variants` (id, kind, variant op, op, sample, dtype, atol, rtol) for the
+    registered in-place / out wrappers; `custom` (id, op, reference, sample,
+    dtype, atol, rtol) against the spec's `reference:`; and `skipped` {op: reason}
+    for registered ops that are not compared (shown as pytest skips)."""
+    functional, variants, custom, skipped = [], [], [], {}
     registered_set = set(registered)
     for spec in backend.ops:
-        if spec.op not in registered_set:
+        if spec.op in GLUE_OPS:
+            skipped[spec.op] = "implemented by the generated glue (generated/minimal_ops.cpp)"
             continue
-        if spec.is_custom:
-            skipped[spec.op] = "custom op: no CPU reference kernel to compare with"
+        if spec.op not in registered_set:
+            skipped[spec.op] = (f"no native kernel yet ({kernel_name(spec)} is still a "
+                                "`// flsdk:stub`): " + ("calling it raises" if spec.is_custom
+                                                        else "it runs on the CPU fallback"))
             continue
         if spec.skip_conformance:
             skipped[spec.op] = spec.skip_conformance
             continue
+        if spec.is_custom and not spec.reference:
+            skipped[spec.op] = ("custom op without a `reference:` in its spec "
+                                f"({spec.file}:{spec.line}): nothing to compare the kernel with")
+            continue
+        if not spec.samples:
+            skipped[spec.op] = f"no `samples:` in its spec ({spec.file}:{spec.line})"
+            continue
         for dtype in backend.dtypes_for(spec):
             tol = spec.tolerances[dtype]
-            for sample in spec.samples:
-                cases.append((spec.op, sample, dtype, tol.atol, tol.rtol))
-    return cases, skipped
+            for j, sample in enumerate(spec.samples):
+                if spec.is_custom:
+                    custom.append((case_id(spec.op, dtype, j), spec.op, spec.reference, sample, dtype,
+                                   tol.atol, tol.rtol))
+                    continue
+                functional.append((case_id(spec.op, dtype, j), spec.op, sample, dtype, tol.atol, tol.rtol))
+                for kind in spec.variants:
+                    variant = spec.variant_ops.get(kind)
+                    if variant in registered_set:
+                        variants.append((case_id(variant, dtype, j), kind, variant, spec.op, sample,
+                                         dtype, tol.atol, tol.rtol))
+    return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped}
 
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:
@@ -417,7 +445,7 @@ def stub_values(backend: Backend, spec: OpSpec) -> dict:
     sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
            else signatures.signature_of(spec.op))
     return {"ns": backend.name, "op": spec.op, "kernel": sig.kernel, "schema": sig.schema,
-            "defn": sig.defn, "stub_marker": STUB_MARKER}
+            "defn": sig.defn, "stub_marker": STUB_MARKER, "is_custom": spec.is_custom}
 
 
 def _allocator_defaults(allocator: dict) -> str:

@@ -22,8 +22,9 @@ from .dtypes import default_tolerance, did_you_mean
 from .errors import ErrorCollector, SpecError, SpecErrors
 from .model import Backend, CompileConfig, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
+from .reference import REFERENCE_EXPECTED, reference_problem
 from .paths import canonical_opspec_files
-from .samples import check_sample
+from .samples import check_sample, check_sample_arity
 from .schema import validate
 from .sizes import SizeError, parse_size
 from .yamlfile import Document, load_yaml
@@ -121,7 +122,8 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
     if not isinstance(entry, dict):
         return None
     ok = {key: clean(base + (key,)) for key in
-          ("op", "schema", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance")}
+          ("op", "schema", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance",
+           "reference")}
     op = entry.get("op") if ok["op"] else None
     custom = op is not None and aten.is_custom(op)
     variants = tuple(entry.get("variants", ())) if ok["variants"] else ()
@@ -143,6 +145,10 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         if variants:
             errors.add(doc.error(base + ("variants",), "variants are generated only for aten ops",
                                  "no variants on a custom op (declare each overload as its own op)"))
+        if ok["reference"] and "reference" in entry:
+            problem = reference_problem(entry["reference"])
+            if problem:
+                errors.add(doc.error(base + ("reference",), problem, REFERENCE_EXPECTED))
         if ok["autocast"] and entry.get("autocast", "none") != "none":
             errors.add(doc.error(base + ("autocast",), "autocast policies are generated only for aten ops",
                                  "no autocast on a custom op (cast its inputs in the kernel or the caller)"))
@@ -150,6 +156,9 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         if "schema" in entry:
             errors.add(doc.error(base + ("schema",), "aten ops take their schema from torch",
                                  "no `schema` on an aten op (only on vendor::name ops)"))
+        if "reference" in entry:
+            errors.add(doc.error(base + ("reference",), "aten ops are tested against PyTorch's CPU kernel",
+                                 "no `reference` on an aten op (only on vendor::name ops)"))
         if not aten.exists(op):
             hint = aten.suggestions(op)
             errors.add(doc.error(base + ("op",), f"unknown aten op {op!r}" + (f"; {hint}" if hint else ""),
@@ -187,8 +196,14 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
     for s, sample in enumerate(samples):
         if not clean(base + ("samples", s)):
             continue
-        for sub, message, expected in check_sample(sample):
+        problems = check_sample(sample)
+        for sub, message, expected in problems:
             errors.add(doc.error(base + ("samples", s) + sub, message, expected))
+        # Custom ops only: aten samples are checked by running them on CPU
+        # (tests/test_opspec_samples.py); parsing all aten schemas here would slow `check`.
+        if not problems and custom and isinstance(schema, str) and ok["schema"]:
+            for sub, message, expected in check_sample_arity(sample, schema):
+                errors.add(doc.error(base + ("samples", s) + sub, message, expected))
 
     if op is None or dtypes is None or not all(ok.values()):
         return None
@@ -212,6 +227,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         schema=schema if custom else None,
         is_custom=custom,
         variant_ops=variant_ops,
+        reference=entry.get("reference") if custom else None,
     )
 
 
@@ -243,7 +259,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
     problem = backend_name_problem(name)
     if problem:
         errors.add(doc.error(("name",), problem,
-                             "a lowercase C++/Python identifier that is not a torch device type or torch module"))
+                             "lowercase letters and _ (what torch.device accepts), not a torch device type, torch module or keyword"))
     upper = name.upper()
 
     def size(path: tuple, value, default: int | None = None) -> int:

@@ -40,6 +40,7 @@ class OpSpec:
     is_custom: bool                  # True for "vendor::name" ops
     variant_ops: dict[str, str] = field(default_factory=dict)
     # ^ the requested variants' overload names: {"inplace": "add_.Tensor", "out": "add.out"}
+    reference: str | None = None     # custom ops: Python expression of the CPU reference callable
 
     @property
     def namespace(self) -> str:

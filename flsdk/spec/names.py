@@ -40,7 +40,10 @@ TAKEN = frozenset({"torch", "aten", "at", "c10", "std", "caffe2", "torchgen", "f
 # of these names again fails at import of the backend.
 BUILTIN_COMM_BACKENDS = frozenset({"gloo", "nccl", "mpi", "ucc", "xccl", "fake", "undefined"})
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# PyTorch parses a device string as letters and underscores, then an optional
+# ":index" (c10/core/Device.cpp): "qlx7" would be accepted by
+# rename_privateuse1_backend and then refused by torch.device("qlx7").
+_NAME_RE = re.compile(r"^[a-z][a-z_]*$")
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,7 +63,10 @@ def _torch_toplevel() -> frozenset[str]:
 def backend_name_problem(name: str) -> str | None:
     """Why `name` cannot be a backend name, or None if it can."""
     if not _NAME_RE.match(name):
-        return f"{name!r} is not a lowercase identifier"
+        if re.match(r"^[a-z][a-z0-9_]*$", name):
+            return (f"{name!r} has a digit: PyTorch device strings are letters and _ only "
+                    f"(torch.device({name!r}) would be refused)")
+        return f"{name!r} is not a lowercase name of letters and _"
     if name in TORCH_DEVICE_TYPES:
         return f"{name!r} is a torch device type already"
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):

@@ -152,3 +152,34 @@ def _check_value(value: object) -> list[tuple[tuple, str, str]]:
     if value is None or isinstance(value, (bool, int, float)):
         return []
     return [((), f"unsupported literal {value!r}", "numbers, text, true/false, null, lists")]
+
+
+def check_sample_arity(sample: list, schema: str) -> list[tuple[tuple, str, str]]:
+    """Problems of a sample against an op schema: too many or too few positional
+    arguments, unknown or repeated keyword names. `schema` is torchgen's text
+    ("fused_gelu(Tensor x, *, float a=1.) -> Tensor"), already validated."""
+    from torchgen.model import FunctionSchema
+
+    args = FunctionSchema.parse(schema).arguments
+    positional = [a.name for a in args.flat_positional]
+    keyword_only = [a.name for a in args.flat_kwarg_only]
+    required = {a.name for a in list(args.flat_positional) + list(args.flat_kwarg_only) if a.default is None}
+    kwargs = sample[-1] if sample and isinstance(sample[-1], dict) else {}
+    given = [v for v in sample if not isinstance(v, dict)]
+    call = f"the schema is {schema}"
+    problems: list[tuple[tuple, str, str]] = []
+    if len(given) > len(positional):
+        problems.append(((len(positional),), f"{len(given)} positional arguments, but the schema takes "
+                         f"{len(positional)} ({', '.join(positional) or 'none'})", call))
+    named = set(positional[:len(given)])
+    for key in kwargs:
+        if key not in positional and key not in keyword_only:
+            problems.append(((len(sample) - 1, key), f"{key!r} is not an argument of the op",
+                             "argument names among: " + ", ".join(positional + keyword_only)))
+        elif key in named:
+            problems.append(((len(sample) - 1, key), f"{key!r} is given both by position and by name", call))
+    missing = [name for name in positional + keyword_only
+               if name in required and name not in named and name not in kwargs]
+    if missing and not problems:
+        problems.append(((), f"missing argument(s) {', '.join(missing)}", call))
+    return problems

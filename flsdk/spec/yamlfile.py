@@ -27,6 +27,15 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 PathT = tuple  # tuple[str | int, ...]
 
+# Limits on what a spec file may be. Real files are far below them (the largest
+# canonical op spec is ~13 KB, ~2,000 values, depth 7); they exist so that a
+# hostile or broken file (an alias bomb: a few hundred bytes of nested anchors
+# expanding to billions of values; a 100,000-deep `[[[[`) is refused in
+# milliseconds instead of running for minutes or overflowing the C stack.
+MAX_BYTES = 4 << 20         # file size
+MAX_DEPTH = 64              # nesting of mappings and sequences
+MAX_VALUES = 200_000        # values after expanding aliases
+
 
 @dataclass
 class Document:
@@ -67,22 +76,78 @@ def load_yaml(path: str | Path) -> Document:
 
 def parse_yaml(text: str, file: str = "<string>") -> Document:
     """Parse YAML text (one document) into a Document."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_BYTES:
+        raise SpecError(file, 1, "", f"file too large: {size} bytes (a spec file is at most "
+                        f"{MAX_BYTES >> 20} MiB)")
     try:
+        _check_depth(text, file)
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         what = " ".join(s for s in (exc.context, exc.problem) if s)
         raise SpecError(file, line, "", f"malformed YAML: {what or exc}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+        line = text[:exc.position].count("\n") + 1 if isinstance(exc.position, int) else 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise SpecError(file, line, "", f"malformed YAML: character {char!r} is not allowed in YAML text",
+                        "printable text (use an escape such as \"\\t\" inside a quoted string)") from None
     except yaml.YAMLError as exc:
-        raise SpecError(file, None, "", f"malformed YAML: {exc}") from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise SpecError(file, 1, "", f"malformed YAML: {first}") from None
     doc = Document(file=file, data=None, lines={(): 1})
     if node is None:  # empty file
         return doc
     doc.lines[()] = node.start_mark.line + 1
-    walker = _Walker(doc)
-    doc.data = walker.walk(node, ())
+    try:
+        _check_expanded_size(node, file)
+        doc.data = _Walker(doc).walk(node, ())
+    except RecursionError:  # aliases nesting anchors inside anchors
+        raise SpecError(file, None, "", "nested too deep once YAML aliases are expanded",
+                        "a spec file without deeply nested anchors/aliases") from None
     return doc
+
+
+def _check_expanded_size(root, file: str) -> None:
+    """Refuse a document whose aliases expand to more than MAX_VALUES values,
+    before anything is expanded (merge keys `<<:` copy lists, so expanding first
+    would already take exponential time). Counted once per node: linear."""
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        sizes[key] = 1  # a recursive alias counts once here; the walker refuses it
+        total = 1
+        if isinstance(node, SequenceNode):
+            total += sum(size(item) for item in node.value)
+        elif isinstance(node, MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        if total > MAX_VALUES:
+            raise SpecError(file, node.start_mark.line + 1, "",
+                            f"more than {MAX_VALUES} values once YAML aliases are expanded (an alias bomb?)",
+                            "a spec file without deeply nested anchors/aliases")
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def _check_depth(text: str, file: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH before composing nodes: the event
+    parser is iterative, the composer recursive (a deep file would overflow it)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError(file, event.start_mark.line + 1, "",
+                                f"nested more than {MAX_DEPTH} levels deep",
+                                "a spec file nests a few levels (ops -> op -> samples -> args)")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 class _Walker:
@@ -90,6 +155,7 @@ class _Walker:
         self.doc = doc
         self.constructor = SafeConstructor()
         self.active: set[int] = set()
+        self.values = 0
 
     def _err(self, node, path: PathT, message: str, expected: str | None = None) -> SpecError:
         from .errors import format_path
@@ -97,6 +163,10 @@ class _Walker:
         return SpecError(self.doc.file, node.start_mark.line + 1, format_path(path), message, expected)
 
     def walk(self, node, path: PathT) -> Any:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise self._err(node, path, f"more than {MAX_VALUES} values once YAML aliases are expanded "
+                            "(an alias bomb?)", "a spec file without deeply nested anchors/aliases")
         if isinstance(node, ScalarNode):
             try:
                 return self.constructor.construct_object(node)

@@ -26,8 +26,8 @@ from flsdk.spec.samples import TensorToken, classify
 from . import rnn_reference
 
 __all__ = [
-    "CompareResult", "compare", "compare_statistics", "default_tolerance", "materialize", "resolve_op",
-    "run_op", "to_device", "parse_dtype",
+    "CompareResult", "compare", "compare_reference", "compare_statistics", "compare_variant",
+    "default_tolerance", "materialize", "resolve_op", "run_op", "to_device", "parse_dtype",
 ]
 
 # Names, aliases and default tolerances come from flsdk's dtype table (torch-free,
@@ -396,6 +396,85 @@ def compare(op_name: str, sample: list, dtype: str | torch.dtype,
                 _check(cpu_kwargs[n], _to_cpu(dev_kwargs[n]), f"mutated {n}=", atol, rtol, errs)
     except AssertionError as e:
         raise AssertionError(f"{label} on {device}: {e}") from None
+    return CompareResult(op_name, dtype, errs.abs, errs.rel, errs.count)
+
+
+def _written_kwargs(op: torch._ops.OpOverload) -> list[str]:
+    return [a.name for a in op._schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def compare_variant(kind: str, variant_name: str, op_name: str, sample: list,
+                    dtype: str | torch.dtype, device: str | torch.device,
+                    atol: float | None = None, rtol: float | None = None,
+                    seed: int = 0) -> CompareResult | None:
+    """The in-place (`add_.Tensor`) or out (`add.out`) variant of a functional op
+    on the functional op's samples, CPU vs `device`: the result and every
+    argument the variant writes must match. An out variant gets an empty `out=`
+    of the functional result's dtype (so the wrapper's resize is tested too).
+    When CPU refuses the sample (an in-place op whose result would not fit
+    `self`), the device must refuse it as well; returns None then."""
+    dtype = parse_dtype(dtype)
+    d_atol, d_rtol = default_tolerance(dtype)
+    atol = d_atol if atol is None else atol
+    rtol = d_rtol if rtol is None else rtol
+    variant = resolve_op(variant_name)
+    args, kwargs = materialize(sample, dtype, "cpu", seed)
+    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
+    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+    label = f"{variant_name} ({kind} variant of {op_name}) [{dtype}] sample {sample!r} on {device}"
+    if kind == "out":
+        written = _written_kwargs(variant)
+        if len(written) != 1:
+            raise ValueError(f"{variant_name}: expected one out= argument, schema has {written}")
+        result_dtype = run_op(op_name, to_device(args, "cpu"), to_device(kwargs, "cpu"), "cpu").dtype
+        cpu_kwargs[written[0]] = torch.empty(0, dtype=result_dtype)
+        dev_kwargs[written[0]] = torch.empty(0, dtype=result_dtype, device=device)
+    try:
+        expected = variant(*cpu_args, **cpu_kwargs)
+    except RuntimeError as cpu_error:
+        try:
+            variant(*dev_args, **dev_kwargs)
+        except Exception:  # the device refuses too: that is the contract
+            return None
+        raise AssertionError(f"{label}: CPU refuses this sample ({str(cpu_error).splitlines()[0]}) "
+                             f"but {device} accepted it") from None
+    actual = variant(*dev_args, **dev_kwargs)
+    errs = _Errors()
+    try:
+        _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
+        pos, names = _mutated_positions(variant)
+        for i in pos:
+            if i < len(cpu_args):
+                _check(cpu_args[i], _to_cpu(dev_args[i]), f"written arg {i}", atol, rtol, errs)
+        for n in names:
+            if n in cpu_kwargs:
+                _check(cpu_kwargs[n], _to_cpu(dev_kwargs[n]), f"written {n}=", atol, rtol, errs)
+    except AssertionError as e:
+        raise AssertionError(f"{label}: {e}") from None
+    return CompareResult(variant_name, dtype, errs.abs, errs.rel, errs.count)
+
+
+def compare_reference(op_name: str, reference, sample: list, dtype: str | torch.dtype,
+                      device: str | torch.device, atol: float | None = None,
+                      rtol: float | None = None, seed: int = 0) -> CompareResult:
+    """A custom op (`acme::fused_bias_gelu`) on `device` against `reference`, the
+    Python callable of its spec's `reference:` run on CPU with the same inputs."""
+    dtype = parse_dtype(dtype)
+    d_atol, d_rtol = default_tolerance(dtype)
+    atol = d_atol if atol is None else atol
+    rtol = d_rtol if rtol is None else rtol
+    op = resolve_op(op_name)
+    args, kwargs = materialize(sample, dtype, "cpu", seed)
+    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
+    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+    expected = reference(*cpu_args, **cpu_kwargs)
+    actual = op(*dev_args, **dev_kwargs)
+    errs = _Errors()
+    try:
+        _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
+    except AssertionError as e:
+        raise AssertionError(f"{op_name} [{dtype}] sample {sample!r} on {device} vs its reference: {e}") from None
     return CompareResult(op_name, dtype, errs.abs, errs.rel, errs.count)
 
 

@@ -9,9 +9,17 @@ Installing this package is enough: `import torch` loads it through the
 # `import torch` runs, and importing torch first from here would re-enter it.
 def _autoload():
     """torch.backends entry point. Never raises: a failure must not break
-    `import torch`; it is reported by torch_fl.list_devices() and flsdk doctor."""
-    from ._generated import backend
+    `import torch`; it warns once with the cause (torch_fl.list_devices() and
+    flsdk doctor report it too). TORCH_FL_BACKEND=<name> picks one of several."""
+    try:
+        from ._generated import backend
+    except Exception as exc:  # e.g. a source folder where `flsdk gen` never ran
+        import warnings
 
+        warnings.warn(f"the '{{ cookiecutter.name }}' device backend was not loaded: cannot import "
+                      f"its generated code ({type(exc).__name__}: {exc}); `flsdk doctor` checks "
+                      "the installation.", RuntimeWarning, stacklevel=2)
+        return
     backend.try_load()
 
 
