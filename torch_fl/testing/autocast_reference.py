@@ -124,14 +124,15 @@ def _kernel(op: str, rule, banned_message: dict):
 
 def _with_float_dtype(func, args, kwargs, dtype):
     """args and kwargs with every unset `ScalarType?` argument of func's schema
-    set to dtype, as (positional args, kwargs)."""
-    import torch
+    set to dtype, as (positional args, kwargs). (The schema's Python types show
+    ScalarType as int, so the names are read from its text.)"""
+    import re
 
+    optional_dtypes = set(re.findall(r"ScalarType\?\s+(\w+)", str(func._schema)))
     args = list(args)
     kwargs = dict(kwargs)
     for i, a in enumerate(func._schema.arguments):
-        if not (isinstance(a.type, torch.OptionalType)
-                and str(a.type.getElementType()) == "ScalarType"):
+        if a.name not in optional_dtypes:
             continue
         if i < len(args):
             if args[i] is None:

@@ -219,11 +219,12 @@ def _dtype_trace(case, model, device, autocast):
     return ops
 
 
-@pytest.mark.parametrize("name", ["timm-maxvit_pico", "tv-efficientnet_b0"])
+@pytest.mark.parametrize("name", ["timm-maxvit_pico", "tv-efficientnet_b0", "timm-levit_128s"])
 def test_cuda_policy_reference_casts_like_acme(name):
     """The reference runs every op of the forward in the dtype acme runs it in
-    (MaxViT: layer norms in float32, as on CUDA; both: cross entropy's
-    log-probabilities in bf16), while CPU's own policy does not."""
+    (MaxViT: layer norms in float32, as on CUDA; LeViT: attention softmax in
+    float32; all: cross entropy's log-probabilities in bf16), while CPU's own
+    policy does not."""
     case = zoo.CASES[name]
     zoo.import_package(case.package)
     model = zoo.make_model(case)
