@@ -369,6 +369,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
                           {"cases_py": pprint.pformat(cases, width=100),
                            "skipped_py": pprint.pformat(skipped_cases, width=100)}))
+    outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
+                          {"codegen": d.compile.codegen}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,
