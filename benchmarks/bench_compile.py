@@ -15,36 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 import torch
+from _timing import measure
+from _timing import sync as _sync
 
 DEVICE = "acme"
-
-
-def _sync(device: str) -> None:
-    if device != "cpu":
-        torch.accelerator.synchronize()
-
-
-def measure(fn, device: str, min_time: float, repeats: int) -> float:
-    """Median seconds per call over `repeats` rounds of at least `min_time` each."""
-    fn()
-    _sync(device)
-    rounds = []
-    for _ in range(repeats):
-        n, start = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            _sync(device)
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        rounds.append(elapsed / n)
-    return statistics.median(rounds)
 
 
 # ---------------------------------------------------------------- workloads

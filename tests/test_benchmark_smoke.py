@@ -24,3 +24,27 @@ def test_benchmark_quick_run_reports_every_row(tmp_path):
     assert all(r["cpu_s"] > 0 and r["acme_s"] > 0 for r in rows)
     assert all(r["threads"] == 1 for r in rows if r["kind"] != "train_mt")
     assert "| group | benchmark | threads | CPU | acme |" in proc.stdout
+
+
+def test_import_benchmark_reports_both_settings(tmp_path):
+    pytest.importorskip("torch_fl_acme")
+    out = tmp_path / "import.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_import.py"), "--runs", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert rows["acme installed (autoload)"]["acme_loaded"]
+    assert not rows["without acme (autoload off)"]["acme_loaded"]
+    assert all(r["heavy_modules"] == [] for r in rows.values()), rows  # lazy compile registration
+
+
+@pytest.mark.slow
+def test_compile_benchmark_quick_run(tmp_path):
+    pytest.importorskip("torch_fl_acme")
+    out = tmp_path / "compile.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick",
+                           "--only", "pointwise", "--json", str(out)], capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["speedup"] > 0 and row["compiled_vs_cpu"] > 0

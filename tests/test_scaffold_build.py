@@ -4,13 +4,12 @@ filling one kernel makes it native. This is the vendor's first hour, end to end.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from scaffold import build_into, flsdk, site_env
 
 pytestmark = pytest.mark.build
 
@@ -82,40 +81,20 @@ print(json.dumps({"added": added, "relu": r, "fallback": fallback,
 """
 
 
-def _flsdk(*args, cwd=None):
-    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", *args], cwd=cwd,
+def _run(site: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", RUN_ON_DEVICE], env=site_env(site),
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
-
-
-def _build_and_run(root: Path, site: Path) -> dict:
-    wheels = root.parent / "wheels"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-         "-w", str(wheels), str(root)],
-        capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    wheel = sorted(wheels.glob("torch_fl_zeta-*.whl"), key=os.path.getmtime)[-1]
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(site)
-    # Autoload off: the test venv has acme installed, and one process holds
-    # one PrivateUse1 backend. The autoload path is tested on acme's wheel.
-    env = dict(os.environ, PYTHONPATH=str(site), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    proc = subprocess.run([sys.executable, "-c", RUN_ON_DEVICE], env=env, capture_output=True,
-                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_scaffold_build_run_then_fill_a_kernel(tmp_path):
-    root = tmp_path / "zeta"
-    _flsdk("new-backend", "zeta", "--out", str(root))
-    first = _build_and_run(root, tmp_path / "site1")
+def test_scaffold_build_run_then_fill_a_kernel(zeta_first_build, tmp_path):
+    root, site1 = zeta_first_build
+    first = _run(site1)
     assert first["added"] == [2.0, 2.0, 2.0, 2.0]
     assert first["relu"] == [0.0, 2.0, 0.0, 4.0]
     assert "relu" in first["fallback"], "an unfilled stub must run on the CPU fallback"
-    statuses = json.loads(_flsdk("ops", "--format", "json", cwd=root))
+    statuses = json.loads(flsdk("ops", "--format", "json", cwd=root))
     by_op = {r["op"]: r for r in statuses["ops"]}
     assert by_op["relu"]["status"] == "stub"
 
@@ -140,9 +119,10 @@ def test_scaffold_build_run_then_fill_a_kernel(tmp_path):
     assert check.returncode == 0 and "aten::batch_norm_stats must be native" in check.stdout, check.stdout
 
     (root / "kernels" / "relu.cpp").write_text(RELU_KERNEL)
-    _flsdk("gen", cwd=root)
-    statuses = json.loads(_flsdk("ops", "--format", "json", cwd=root))
+    flsdk("gen", cwd=root)
+    statuses = json.loads(flsdk("ops", "--format", "json", cwd=root))
     assert {r["op"]: r["status"] for r in statuses["ops"]}["relu"] == "native"
-    second = _build_and_run(root, tmp_path / "site2")
+    build_into(root, tmp_path / "site2")
+    second = _run(tmp_path / "site2")
     assert second["relu"] == [0.0, 2.0, 0.0, 4.0]
     assert "relu" not in second["fallback"], "a filled kernel must run natively"

@@ -384,6 +384,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     cases = conformance_cases(backend, registered)
     outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
                           {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}))
+    outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
+                          {"codegen": d.compile.codegen}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,

@@ -9,7 +9,9 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def protect_device_memory(request):
-    if "generated" not in request.node.path.parts:
+    # Not the compile tests: Inductor's C++ kernels read and write acme memory directly
+    # (device.yaml `codegen: cpp`: the arenas are host-addressable by design).
+    if "generated" not in request.node.path.parts or request.node.path.name.endswith("_compile.py"):
         yield
         return
     import torch  # noqa: F401  (loads the backend)

@@ -1,0 +1,20 @@
+"""Shared fixtures of the flsdk/torch_fl tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaffold import build_into, flsdk
+
+
+@pytest.fixture(scope="session")
+def zeta_first_build(tmp_path_factory):
+    """A freshly scaffolded backend `zeta`, built once per session (minutes on two
+    cores): (root, site) where `site` holds the extracted wheel of the untouched
+    scaffold. Tests may change `root` afterwards (and rebuild elsewhere); `site` stays."""
+    base = tmp_path_factory.mktemp("scaffold")
+    root = base / "zeta"
+    flsdk("new-backend", "zeta", "--out", str(root))
+    site = base / "site_first"
+    build_into(root, site)
+    return root, site
