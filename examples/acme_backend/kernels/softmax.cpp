@@ -114,9 +114,14 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
   ACME_CHECK(cm::dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
              cm::dtype_name(input_dtype), " is not a supported float dtype");
   const Axis ax = make_axis(op, output, dim);
-  // As on CPU: the gradient has the input's dtype (the half_to_float case,
-  // float32 gradients of a float16/bfloat16 input, and any other mix).
-  at::Tensor gi = at::empty(output.sizes(), grad_output.options().dtype(input_dtype));
+  // As on CPU: the gradient has grad_output's dtype, except in the half_to_float
+  // case (float32 gradients of a float16/bfloat16 input), where it has the input's.
+  const bool half_to_float = grad_output.scalar_type() == c10::ScalarType::Float &&
+                             (input_dtype == c10::ScalarType::Half ||
+                              input_dtype == c10::ScalarType::BFloat16);
+  at::Tensor gi = at::empty(output.sizes(),
+                            grad_output.options().dtype(half_to_float ? input_dtype
+                                                                      : grad_output.scalar_type()));
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
