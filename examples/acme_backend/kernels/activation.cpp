@@ -438,4 +438,61 @@ std::tuple<at::Tensor, at::Tensor> k__prelu_kernel_backward(const at::Tensor& gr
   return {gi, gw};
 }
 
+// Backward of hardshrink / softshrink: the gradient passes where |x| > lambda
+// (torch's CPU rule, inclusive bounds give 0).
+at::Tensor k_hardshrink_backward(const at::Tensor& grad_out, const at::Tensor& self,
+                                 const at::Scalar& lambd) {
+  return binary_kernel<kFloating>("hardshrink_backward", grad_out, self, bwd_compute(grad_out, self),
+                                  [&lambd](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M l = lambd.to<M>();
+    return [l](M g, M x) -> M { return (x >= -l && x <= l) ? M(0) : g; };
+  });
+}
+
+at::Tensor k_softshrink_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 const at::Scalar& lambd) {
+  return binary_kernel<kFloating>("softshrink_backward", grad_output, self,
+                                  bwd_compute(grad_output, self), [&lambd](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M l = lambd.to<M>();
+    return [l](M g, M x) -> M { return (x >= -l && x <= l) ? M(0) : g; };
+  });
+}
+
+// log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)), stable for large |x|.
+// The second result is torch's CPU `buffer`, exp(-|x|), which the CPU
+// backward reads; the backward below does the same, and recomputes it from
+// the input when given the empty buffer other devices pass.
+std::tuple<at::Tensor, at::Tensor> k_log_sigmoid_forward(const at::Tensor& self) {
+  at::Tensor out = unary_kernel<kFloating>("log_sigmoid_forward", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return std::min(x, M(0)) - std::log1p(std::exp(-std::abs(x))); };
+  });
+  at::Tensor buffer = unary_kernel<kFloating>("log_sigmoid_forward", self, self.scalar_type(), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x) -> M { return std::exp(-std::abs(x)); };
+  });
+  return {out, buffer};
+}
+
+at::Tensor k_log_sigmoid_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                  const at::Tensor& buffer) {
+  const char* op = "log_sigmoid_backward";
+  const at::Tensor z = buffer.defined() && buffer.numel() == self.numel()
+                           ? buffer
+                           : std::get<1>(k_log_sigmoid_forward(self));
+  const auto compute = promote({&grad_output, &self, &z});
+  // d/dx = 1 - sigmoid(x): z / (1 + z) for x >= 0, 1 - z / (1 + z) for x < 0
+  return ternary_kernel<kFloating>(op, self, z, grad_output, compute, [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M b, M g) -> M {
+      const bool neg = x < M(0);
+      const M max_deriv = neg ? M(1) : M(0);
+      const M sign = neg ? M(1) : -M(1);
+      return (max_deriv - sign * (b / (M(1) + b))) * g;
+    };
+  });
+}
+
 }  // namespace acme::kernels

@@ -77,6 +77,38 @@ at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64
   return out;
 }
 
+// base ** linspace(start, end, steps), with torch's CPU arithmetic: the
+// exponent computed in the output dtype (double for integer outputs) from
+// both ends, the power in double; a single step is base ** start.
+at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base,
+                           at::Tensor& out) {
+  const char* op = "logspace.out";
+  ACME_CHECK(steps >= 0, op, "number of steps must be non-negative");
+  resize_out(out, {steps});
+  const int64_t half = steps / 2;
+  fill_1d(op, out, [&](auto tag, int64_t i) {
+    using T = ACME_T(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cvt<T>(std::pow(base, steps == 1 ? start.to<double>() : 0.0));
+    } else {
+      using S = std::conditional_t<std::is_integral_v<T>, double, T>;
+      double v;
+      if (steps == 1) {
+        v = std::pow(base, start.to<double>());
+      } else {
+        const T st = start.to<T>(), en = end.to<T>();
+        const S step = (static_cast<S>(en) - static_cast<S>(st)) / static_cast<S>(steps - 1);
+        const S e = i < half ? static_cast<S>(static_cast<S>(st) + step * static_cast<S>(i))
+                             : static_cast<S>(static_cast<S>(en) - step * static_cast<S>(steps - i - 1));
+        v = std::pow(base, static_cast<double>(static_cast<opmath_t<S>>(e)));
+      }
+      if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
+      else return cvt<T>(v);
+    }
+  });
+  return out;
+}
+
 at::Tensor& k_eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
   const char* op = "eye.m_out";
   ACME_CHECK(n >= 0, op, "n must be greater or equal to 0, got ", n);

@@ -294,4 +294,14 @@ at::Tensor& k_embedding_renorm_(at::Tensor& self, const at::Tensor& indices, dou
   return self;
 }
 
+// What F.embedding_bag calls when no gradient is needed: the same bags.
+::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> k__embedding_bag_forward_only(
+    const at::Tensor& weight, const at::Tensor& indices, const at::Tensor& offsets,
+    bool scale_grad_by_freq, int64_t mode, bool sparse,
+    const ::std::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+    int64_t padding_idx) {
+  return k__embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                          include_last_offset, padding_idx);
+}
+
 }  // namespace acme::kernels

@@ -10,7 +10,9 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace acme::kernels {
@@ -152,8 +154,10 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   (void)sparse_grad;
   dim = wrap_dim(op, dim, self.dim());
   check_gather_shapes(op, self, dim, index, nullptr);
-  at::Tensor idx = index_as_long(op, index);
   at::Tensor out = at::empty(index.sizes(), self.options());
+  // torch checks the index dtype only when there is something to gather
+  if (index.numel() == 0) return out;
+  at::Tensor idx = index_as_long(op, index);
   const int64_t dstride = self.dim() == 0 ? 0 : self.stride(dim) * self.element_size();
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
@@ -167,7 +171,7 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
 }
 
 namespace {
-enum class ScatterMode { Set, Add };
+enum class ScatterMode { Set, Add, Mul };
 
 // integer mean of scatter_reduce rounds toward -inf, as torch does
 template <class M>
@@ -197,9 +201,12 @@ at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, con
       const T x = sp ? *reinterpret_cast<const T*>(sp) : cv;
       if (mode == ScatterMode::Set) {
         *dst = x;
-      } else {
+      } else if (mode == ScatterMode::Add) {
         if constexpr (std::is_same_v<T, bool>) *dst = *dst || x;
         else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) + static_cast<opmath_t<T>>(x));
+      } else {
+        if constexpr (std::is_same_v<T, bool>) *dst = *dst && x;
+        else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) * static_cast<opmath_t<T>>(x));
       }
     });
   });
@@ -214,6 +221,28 @@ at::Tensor k_scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& 
 at::Tensor k_scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                            const at::Scalar& value) {
   return scatter_impl("scatter.value", self, dim, index, nullptr, &value, ScatterMode::Set);
+}
+
+namespace {
+// the deprecated `reduce=` of scatter: "add" or "multiply"
+ScatterMode scatter_reduce_mode(const char* op, c10::string_view reduce) {
+  if (reduce == "add") return ScatterMode::Add;
+  ACME_CHECK(reduce == "multiply", op, "reduce argument must be either add or multiply., got ",
+             std::string(reduce));
+  return ScatterMode::Mul;
+}
+}  // namespace
+
+at::Tensor k_scatter_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                            c10::string_view reduce) {
+  const char* op = "scatter.reduce";
+  return scatter_impl(op, self, dim, index, &src, nullptr, scatter_reduce_mode(op, reduce));
+}
+
+at::Tensor k_scatter_value_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                  const at::Scalar& value, c10::string_view reduce) {
+  const char* op = "scatter.value_reduce";
+  return scatter_impl(op, self, dim, index, nullptr, &value, scatter_reduce_mode(op, reduce));
 }
 
 at::Tensor k_scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
@@ -317,6 +346,105 @@ at::Tensor k_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
   return out;
 }
 
+namespace {
+template <class M>
+bool nan_of(M v) {
+  if constexpr (std::is_floating_point_v<M>) return std::isnan(v);
+  else return false;
+}
+}  // namespace
+
+// index_reduce: slices of source combined into self at index along dim
+// with prod, mean, amax or amin, in index order (torch's CPU order, each step
+// rounded to the dtype). Without include_self, the indexed slices start from
+// the reduction's identity; mean divides by the number of contributions
+// (floor division for integers).
+at::Tensor k_index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                          c10::string_view reduce, bool include_self) {
+  const char* op = "index_reduce";
+  dim = wrap_dim(op, dim, self.dim());
+  enum class R { Prod, Mean, Amax, Amin } r;
+  if (reduce == "prod") r = R::Prod;
+  else if (reduce == "mean") r = R::Mean;
+  else if (reduce == "amax") r = R::Amax;
+  else if (reduce == "amin") r = R::Amin;
+  else ACME_CHECK(false, op, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
+                  reduce, ".");
+  ACME_CHECK_T(index.dim() <= 1, op, index, "index_reduce_(): Index is supposed to be a vector");
+  ACME_CHECK_T(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op, index,
+               "index_reduce_(): Expected dtype int32/int64 for index");
+  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source, "index_reduce_(): self (",
+               dtype_name(self.scalar_type()), ") and source (", dtype_name(source.scalar_type()),
+               ") must have the same scalar type");
+  at::Tensor out = clone_contig(op, self);
+  at::Tensor idx = index_as_long(op, index);
+  at::Tensor src = contiguous_as(op, source, source.scalar_type());
+  int64_t A, N, B;
+  split_at(out, dim, A, N, B);
+  const int64_t K = idx.numel();
+  ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(), " does not match self ",
+             self.sizes(), " with ", K, " indices along dim ", dim);
+  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
+  for (int64_t k = 0; k < K; ++k) checked_index(op, ip[k], N);
+  dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    T* o = static_cast<T*>(out.data_ptr());
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    std::vector<int64_t> counts(r == R::Mean ? static_cast<size_t>(N) : 0, include_self ? 1 : 0);
+    if (!include_self) {
+      M init = M(0);
+      if (r == R::Prod) init = M(1);
+      if (r == R::Amax)
+        init = std::numeric_limits<M>::has_infinity ? -std::numeric_limits<M>::infinity()
+                                                    : std::numeric_limits<M>::lowest();
+      if (r == R::Amin)
+        init = std::numeric_limits<M>::has_infinity ? std::numeric_limits<M>::infinity()
+                                                    : std::numeric_limits<M>::max();
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = checked_index(op, ip[k], N);
+        for (int64_t a = 0; a < A; ++a)
+          for (int64_t b = 0; b < B; ++b) o[(a * N + j) * B + b] = cvt<T>(init);
+      }
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t j = checked_index(op, ip[k], N);
+      if (r == R::Mean) ++counts[j];
+      for (int64_t a = 0; a < A; ++a) {
+        T* orow = o + (a * N + j) * B;
+        const T* srow = sp + (a * K + k) * B;
+        for (int64_t b = 0; b < B; ++b) {
+          const M x = static_cast<M>(orow[b]), y = static_cast<M>(srow[b]);
+          M v;
+          switch (r) {
+            case R::Prod: v = x * y; break;
+            case R::Mean: v = x + y; break;
+            case R::Amax: v = nan_of(y) ? y : std::max(x, y); break;
+            default: v = nan_of(y) ? y : std::min(x, y); break;
+          }
+          orow[b] = cvt<T>(v);
+        }
+      }
+    }
+    if (r == R::Mean) {
+      for (int64_t j = 0; j < N; ++j) {
+        const int64_t c = counts[j] == 0 ? 1 : counts[j];
+        for (int64_t a = 0; a < A; ++a)
+          for (int64_t b = 0; b < B; ++b) {
+            T& e = o[(a * N + j) * B + b];
+            if constexpr (is_floating_v<T>) {
+              e = cvt<T>(static_cast<M>(e) / static_cast<M>(c));
+            } else {
+              const M q = static_cast<M>(e) / static_cast<M>(c), rem = static_cast<M>(e) % static_cast<M>(c);
+              e = static_cast<T>((rem != 0 && ((rem < 0) != (c < 0))) ? q - 1 : q);
+            }
+          }
+      }
+    }
+  });
+  return out;
+}
+
 at::Tensor k_index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
   const char* op = "index_copy";
   dim = wrap_dim(op, dim, self.dim());
@@ -364,6 +492,17 @@ at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at
     }
   });
   return out;
+}
+
+// The value is a 0-dim tensor (on the device or a CPU scalar): read once on
+// the host, then the Scalar kernel above.
+at::Tensor k_index_fill_int_Tensor(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                   const at::Tensor& value) {
+  const char* op = "index_fill.int_Tensor";
+  ACME_CHECK_T(value.dim() == 0, op, value,
+               "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+               value.dim(), " dimension(s).");
+  return k_index_fill_int_Scalar(self, dim, index, value.item());
 }
 
 // ---- masked ops ----------------------------------------------------------------------

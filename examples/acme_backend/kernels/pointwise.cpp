@@ -202,4 +202,30 @@ at::Tensor k_nan_to_num(const at::Tensor& self, std::optional<double> nan, std::
   });
 }
 
+// clamp_min / clamp_max with a tensor bound: torch computes them as
+// maximum / minimum (NaN in either operand gives NaN), with type promotion.
+at::Tensor k_clamp_min_Tensor(const at::Tensor& self, const at::Tensor& min) {
+  return binary_kernel<kAllNoBool>("clamp_min.Tensor", self, min, promote({&self, &min}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M lo) -> M {
+      if constexpr (std::is_floating_point_v<M>) {
+        if (std::isnan(x) || std::isnan(lo)) return std::numeric_limits<M>::quiet_NaN();
+      }
+      return x < lo ? lo : x;
+    };
+  });
+}
+
+at::Tensor k_clamp_max_Tensor(const at::Tensor& self, const at::Tensor& max) {
+  return binary_kernel<kAllNoBool>("clamp_max.Tensor", self, max, promote({&self, &max}), [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M hi) -> M {
+      if constexpr (std::is_floating_point_v<M>) {
+        if (std::isnan(x) || std::isnan(hi)) return std::numeric_limits<M>::quiet_NaN();
+      }
+      return x > hi ? hi : x;
+    };
+  });
+}
+
 }  // namespace acme::kernels

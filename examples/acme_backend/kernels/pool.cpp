@@ -14,6 +14,7 @@
 #include "nn_buffers.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -788,6 +789,67 @@ at::Tensor k_adaptive_max_pool3d_backward(const at::Tensor& grad_output, const a
   make_pool3d(op, self, {1}, {}, {}, {}, false);  // rank, dtype and non-empty checks
   const int64_t vol = self.size(-3) * self.size(-2) * self.size(-1);
   return scatter_grad_by_indices(op, grad_output, self, indices, vol);
+}
+
+namespace {
+// max_unpool: each input element is written at its flat index in the output
+// plane / volume (zeros elsewhere); later elements win on repeated indices,
+// as in torch's CPU kernel. Values are moved as bytes, so every dtype works.
+at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& indices,
+                      at::IntArrayRef output_size, int spatial) {
+  ACME_CHECK_T(indices.scalar_type() == at::kLong, op, indices,
+               "elements in indices should be type int64 but got: ", cm::dtype_name(indices.scalar_type()));
+  ACME_CHECK(static_cast<int>(output_size.size()) == spatial, op, "There should be exactly ", spatial,
+             " elements (", spatial == 2 ? "height, width" : "depth, height, width",
+             ") in output_size, but got ", output_size.size(), " elements.");
+  ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "Input to ", op,
+               " should be a ", spatial + 1, "d or ", spatial + 2, "d Tensor, but got a tensor with ",
+               self.dim(), " dimensions.");
+  ACME_CHECK_T(self.sizes() == indices.sizes(), op, indices,
+               "Expected shape of indices to be same as that of the input tensor (", self.sizes(),
+               ") but got indices tensor with shape: ", indices.sizes());
+  cm::check_same_device(op, self, indices, "indices");
+  int64_t in_plane = 1, out_plane = 1;
+  for (int k = 0; k < spatial; ++k) {
+    in_plane *= self.size(self.dim() - spatial + k);
+    out_plane *= output_size[k];
+  }
+  std::vector<int64_t> osz(self.sizes().begin(), self.sizes().end() - spatial);
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  at::Tensor out = at::empty(osz, self.options());
+  if (out.numel() > 0) std::memset(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()));
+  if (self.numel() == 0) return out;
+  at::Tensor in = self.contiguous();
+  at::Tensor idx = indices.contiguous();
+  const int64_t planes = self.numel() / in_plane;
+  const size_t esz = static_cast<size_t>(self.element_size());
+  const char* ip = static_cast<const char*>(in.data_ptr());
+  const int64_t* xp = static_cast<const int64_t*>(idx.data_ptr());
+  char* opp = static_cast<char*>(out.data_ptr());
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < in_plane; ++i) {
+      const int64_t j = xp[p * in_plane + i];
+      ACME_CHECK_INDEX(j >= 0 && j < out_plane, op, "Found an invalid max index: ", j,
+                       " (output volumes are of size ", output_size, ")");
+      std::memcpy(opp + (p * out_plane + j) * esz, ip + (p * in_plane + i) * esz, esz);
+    }
+  return out;
+}
+}  // namespace
+
+at::Tensor k_max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size) {
+  return max_unpool("max_unpool2d", self, indices, output_size, 2);
+}
+
+at::Tensor k_max_unpool3d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
+                          at::IntArrayRef stride, at::IntArrayRef padding) {
+  const char* op = "max_unpool3d";
+  ACME_CHECK(stride.size() == 3 && padding.size() == 3, op,
+             "There should be exactly three elements (depth, height, width) in stride and padding, got ",
+             stride.size(), " and ", padding.size());
+  for (int k = 0; k < 3; ++k)
+    ACME_CHECK(stride[k] > 0, op, "strides should be greater than zero, but got stride: ", stride);
+  return max_unpool(op, self, indices, output_size, 3);
 }
 
 }  // namespace acme::kernels

@@ -807,4 +807,59 @@ std::tuple<at::Tensor, at::Tensor> k_cummin(const at::Tensor& self, int64_t dim)
   return cum_extreme<false>("cummin", self, dim);
 }
 
+// Sum of the main diagonal of a matrix. As torch's CPU kernel: integer and
+// bool matrices give an int64 result, floats accumulate in double.
+at::Tensor k_trace(const at::Tensor& self) {
+  const char* op = "trace";
+  ACME_CHECK_T(self.dim() == 2, op, self, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  const auto st = self.scalar_type();
+  const auto out_st = c10::isIntegralType(st, /*includeBool=*/true) ? at::kLong : st;
+  at::Tensor out = at::empty({}, self.options().dtype(out_st));
+  const int64_t n = std::min(self.size(0), self.size(1));
+  const int64_t step = self.stride(0) + self.stride(1);
+  dispatch<kAll>(op, self.device(), st, [&](auto tag) {
+    using T = ACME_T(tag);
+    using A = std::conditional_t<is_floating_v<T>, double, int64_t>;
+    const T* p = static_cast<const T*>(self.data_ptr());
+    A sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += cvt<A>(p[i * step]);
+    if constexpr (is_floating_v<T>) *static_cast<T*>(out.data_ptr()) = cvt<T>(sum);
+    else *static_cast<int64_t*>(out.data_ptr()) = sum;
+  });
+  return out;
+}
+
+// log(cumsum(exp(x))) along dim, one logaddexp per step. As torch's CPU
+// kernel: float32 accumulates in double; equal infinities stay as they are
+// (log(e^inf + e^inf) = inf, not NaN), NaN propagates.
+at::Tensor k__logcumsumexp(const at::Tensor& self, int64_t dim) {
+  const char* op = "_logcumsumexp";
+  ScanPlan s = scan_plan(op, self, dim);
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using Acc = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, double, float>;
+    const T* x = static_cast<const T*>(s.src.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    auto log_add_exp = [](Acc a, Acc b) -> Acc {
+      const Acc lo = std::isnan(b) ? b : std::min(a, b);
+      const Acc hi = std::isnan(b) ? b : std::max(a, b);
+      if (lo != hi || std::isfinite(lo)) return std::log1p(std::exp(lo - hi)) + hi;
+      return a;
+    };
+    std::vector<Acc> acc(static_cast<size_t>(s.B));
+    for (int64_t a = 0; a < s.A; ++a) {
+      std::fill(acc.begin(), acc.end(), -std::numeric_limits<Acc>::infinity());
+      for (int64_t r = 0; r < s.R; ++r) {
+        const int64_t base = (a * s.R + r) * s.B;
+        for (int64_t b = 0; b < s.B; ++b) {
+          acc[b] = log_add_exp(static_cast<Acc>(static_cast<opmath_t<T>>(x[base + b])), acc[b]);
+          o[base + b] = cvt<T>(acc[b]);
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace acme::kernels

@@ -10,6 +10,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -310,52 +311,112 @@ at::Tensor k_constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const 
 }
 
 namespace {
-// Padding by index mapping on the last 1 or 2 dims: out[.., i, j] = in[.., map_h(i), map_w(j)].
-at::Tensor pad_mapped(const char* op, const at::Tensor& self, at::IntArrayRef padding, int spatial,
-                      bool reflect) {
+// Padding by index mapping on the last 1, 2 or 3 dims:
+// out[.., i, j, k] = in[.., map_d(i), map_h(j), map_w(k)], reflecting or
+// replicating the border. padding is (left, right[, top, bottom[, front, back]]).
+struct PadGeom {
+  int64_t batch = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+  std::vector<int64_t> dmap, hmap, wmap;  // output index -> input index, per dim
+  std::vector<int64_t> out_sizes;
+};
+
+PadGeom pad_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef padding, int spatial,
+                     bool reflect) {
+  const int64_t ndim = static_cast<int64_t>(in_sizes.size());
   ACME_CHECK(static_cast<int>(padding.size()) == 2 * spatial, op, "padding size is expected to be ",
              2 * spatial, ", but got: ", padding.size());
-  ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self,
-               "expected ", spatial + 1, "D or ", spatial + 2, "D input, got shape ", self.sizes());
-  const int64_t W = self.size(-1), H = spatial == 2 ? self.size(-2) : 1;
-  const int64_t pl = padding[0], pr = padding[1];
-  const int64_t pt = spatial == 2 ? padding[2] : 0, pb = spatial == 2 ? padding[3] : 0;
-  if (reflect) {
-    ACME_CHECK(pl < W && pr < W && (spatial == 1 || (pt < H && pb < H)),
-               op, "Padding size should be less than the corresponding input dimension, but got: "
-               "padding ", padding, " for input of shape ", self.sizes());
-  }
-  const int64_t Wo = W + pl + pr, Ho = H + pt + pb;
-  ACME_CHECK(Wo >= 1 && Ho >= 1, op, "input (", self.sizes(), ") is too small for padding ", padding);
-  std::vector<int64_t> osz(self.sizes().begin(), self.sizes().end());
-  osz.back() = Wo;
-  if (spatial == 2) osz[osz.size() - 2] = Ho;
-  at::Tensor in = self.is_contiguous() ? self : at::empty(self.sizes(), self.options());
-  if (!self.is_contiguous()) convert_into(op, in, self);
-  at::Tensor out = at::empty(osz, self.options());
-  const int64_t batch = W * H == 0 ? 0 : in.numel() / (W * H);
-  auto map = [reflect](int64_t o, int64_t p, int64_t n) {
-    int64_t i = o - p;
-    if (reflect) {
-      if (i < 0) i = -i;
-      if (i >= n) i = 2 * (n - 1) - i;
-    } else {
-      i = std::clamp<int64_t>(i, 0, n - 1);
+  ACME_CHECK(ndim == spatial + 1 || ndim == spatial + 2, op, "expected ", spatial + 1, "D or ",
+             spatial + 2, "D input, got shape ", in_sizes);
+  PadGeom g;
+  int64_t* in_dims[3] = {&g.W, &g.H, &g.D};
+  int64_t* out_dims[3] = {&g.Wo, &g.Ho, &g.Do};
+  std::vector<int64_t>* maps[3] = {&g.wmap, &g.hmap, &g.dmap};
+  for (int k = 0; k < 3; ++k) {
+    if (k >= spatial) {
+      maps[k]->assign(1, 0);
+      continue;
     }
-    return i;
-  };
-  std::vector<int64_t> wmap(static_cast<size_t>(Wo)), hmap(static_cast<size_t>(Ho));
-  for (int64_t j = 0; j < Wo; ++j) wmap[j] = map(j, pl, W);
-  for (int64_t i = 0; i < Ho; ++i) hmap[i] = spatial == 2 ? map(i, pt, H) : 0;
+    const int64_t n = in_sizes[ndim - 1 - k], lo = padding[2 * k], hi = padding[2 * k + 1];
+    if (reflect) {
+      ACME_CHECK(lo < n && hi < n, op, "Padding size should be less than the corresponding input "
+                 "dimension, but got: padding ", padding, " for input of shape ", in_sizes);
+    } else {
+      ACME_CHECK(n > 0, op, "input (", in_sizes, ") is empty along a padded dimension");
+    }
+    const int64_t no = n + lo + hi;
+    ACME_CHECK(no >= 1, op, "input (", in_sizes, ") is too small for padding ", padding);
+    *in_dims[k] = n;
+    *out_dims[k] = no;
+    maps[k]->resize(static_cast<size_t>(no));
+    for (int64_t o = 0; o < no; ++o) {
+      int64_t i = o - lo;
+      if (reflect) {
+        if (i < 0) i = -i;
+        if (i >= n) i = 2 * (n - 1) - i;
+      } else {
+        i = std::clamp<int64_t>(i, 0, n - 1);
+      }
+      (*maps[k])[o] = i;
+    }
+  }
+  g.out_sizes.assign(in_sizes.begin(), in_sizes.end());
+  for (int k = 0; k < spatial; ++k) g.out_sizes[ndim - 1 - k] = *out_dims[k];
+  const int64_t plane = g.D * g.H * g.W;
+  int64_t numel = 1;
+  for (int64_t v : in_sizes) numel *= v;
+  g.batch = plane == 0 ? 0 : numel / plane;
+  return g;
+}
+
+at::Tensor contiguous_copy(const char* op, const at::Tensor& t) {
+  if (t.is_contiguous()) return t;
+  at::Tensor c = at::empty(t.sizes(), t.options());
+  convert_into(op, c, t);
+  return c;
+}
+
+at::Tensor pad_mapped(const char* op, const at::Tensor& self, at::IntArrayRef padding, int spatial,
+                      bool reflect) {
+  const PadGeom g = pad_geometry(op, self.sizes(), padding, spatial, reflect);
+  at::Tensor in = contiguous_copy(op, self);
+  at::Tensor out = at::empty(g.out_sizes, self.options());
   const int64_t esz = self.element_size();
   const char* ip = static_cast<const char*>(in.data_ptr());
   char* opp = static_cast<char*>(out.data_ptr());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < Ho; ++i)
-      for (int64_t j = 0; j < Wo; ++j)
-        std::memcpy(opp + ((b * Ho + i) * Wo + j) * esz, ip + ((b * H + hmap[i]) * W + wmap[j]) * esz,
-                    static_cast<size_t>(esz));
+  int64_t o = 0;
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t d = 0; d < g.Do; ++d)
+      for (int64_t i = 0; i < g.Ho; ++i)
+        for (int64_t j = 0; j < g.Wo; ++j, ++o)
+          std::memcpy(opp + o * esz, ip + (((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]) * esz,
+                      static_cast<size_t>(esz));
   return out;
+}
+
+// Gradient of a mapped padding: each output gradient added to the input
+// element it was read from, in output order (as torch's CPU kernel).
+at::Tensor pad_mapped_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                               at::IntArrayRef padding, int spatial, bool reflect) {
+  const PadGeom g = pad_geometry(op, self.sizes(), padding, spatial, reflect);
+  ACME_CHECK_T(grad_output.sizes().equals(g.out_sizes), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", g.out_sizes);
+  at::Tensor go = contiguous_copy(op, grad_output);
+  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
+  dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    std::vector<M> acc(static_cast<size_t>(gi.numel()), M(0));
+    const T* gp = static_cast<const T*>(go.data_ptr());
+    int64_t o = 0;
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t d = 0; d < g.Do; ++d)
+        for (int64_t i = 0; i < g.Ho; ++i)
+          for (int64_t j = 0; j < g.Wo; ++j, ++o)
+            acc[((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]] += static_cast<M>(gp[o]);
+    T* out = static_cast<T*>(gi.data_ptr());
+    for (size_t k = 0; k < acc.size(); ++k) out[k] = cvt<T>(acc[k]);
+  });
+  return gi;
 }
 }  // namespace
 
@@ -367,8 +428,50 @@ at::Tensor k_reflection_pad2d(const at::Tensor& self, at::IntArrayRef padding) {
   return pad_mapped("reflection_pad2d", self, padding, 2, true);
 }
 
+at::Tensor k_reflection_pad3d(const at::Tensor& self, at::IntArrayRef padding) {
+  return pad_mapped("reflection_pad3d", self, padding, 3, true);
+}
+
+at::Tensor k_replication_pad1d(const at::Tensor& self, at::IntArrayRef padding) {
+  return pad_mapped("replication_pad1d", self, padding, 1, false);
+}
+
 at::Tensor k_replication_pad2d(const at::Tensor& self, at::IntArrayRef padding) {
   return pad_mapped("replication_pad2d", self, padding, 2, false);
+}
+
+at::Tensor k_replication_pad3d(const at::Tensor& self, at::IntArrayRef padding) {
+  return pad_mapped("replication_pad3d", self, padding, 3, false);
+}
+
+at::Tensor k_reflection_pad1d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                       at::IntArrayRef padding) {
+  return pad_mapped_backward("reflection_pad1d_backward", grad_output, self, padding, 1, true);
+}
+
+at::Tensor k_reflection_pad2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                       at::IntArrayRef padding) {
+  return pad_mapped_backward("reflection_pad2d_backward", grad_output, self, padding, 2, true);
+}
+
+at::Tensor k_reflection_pad3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                       at::IntArrayRef padding) {
+  return pad_mapped_backward("reflection_pad3d_backward", grad_output, self, padding, 3, true);
+}
+
+at::Tensor k_replication_pad1d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                        at::IntArrayRef padding) {
+  return pad_mapped_backward("replication_pad1d_backward", grad_output, self, padding, 1, false);
+}
+
+at::Tensor k_replication_pad2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                        at::IntArrayRef padding) {
+  return pad_mapped_backward("replication_pad2d_backward", grad_output, self, padding, 2, false);
+}
+
+at::Tensor k_replication_pad3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                        at::IntArrayRef padding) {
+  return pad_mapped_backward("replication_pad3d_backward", grad_output, self, padding, 3, false);
 }
 
 at::Tensor k_repeat_interleave_Tensor(const at::Tensor& repeats, std::optional<int64_t> output_size) {
@@ -415,6 +518,91 @@ at::Tensor k_clone(const at::Tensor& self, std::optional<at::MemoryFormat> memor
     return out;
   }
   convert_into(op, out, self);
+  return out;
+}
+
+// unfold: a view with one window of `size` elements (every `step`) of dim `d`
+// per position of d, windows on a new last dim. A 0-dim tensor unfolds as one
+// element (torch's rule).
+at::Tensor k_unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  const char* op = "unfold";
+  const int64_t ndim = self.dim();
+  const int64_t d = wrap_dim(op, dimension, std::max<int64_t>(ndim, 1));
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  std::vector<int64_t> strides(self.strides().begin(), self.strides().end());
+  const int64_t max_size = ndim == 0 ? 1 : sizes[d];
+  ACME_CHECK_INDEX(size <= max_size, op, "maximum size for tensor at dimension ", d, " is ", max_size,
+                   " but size is ", size);
+  ACME_CHECK(size >= 0, op, "size is ", size, " but must be >= 0");
+  ACME_CHECK(step > 0, op, "step is ", step, " but must be > 0");
+  sizes.push_back(size);
+  strides.push_back(ndim == 0 ? 1 : strides[d]);
+  if (d < ndim) {
+    sizes[d] = (sizes[d] - size) / step + 1;
+    strides[d] *= step;
+  }
+  return self.as_strided(sizes, strides);
+}
+
+// Gradient of unfold: every window's gradient added back at its place
+// (windows overlap when step < size).
+at::Tensor k_unfold_backward(const at::Tensor& grad_in, at::IntArrayRef input_sizes, int64_t dim,
+                             int64_t size, int64_t step) {
+  const char* op = "unfold_backward";
+  const int64_t ndim = static_cast<int64_t>(input_sizes.size());
+  const int64_t d = wrap_dim(op, dim, std::max<int64_t>(ndim, 1));
+  ACME_CHECK(step > 0, op, "step is ", step, " but must be > 0");
+  int64_t A = 1, N = ndim == 0 ? 1 : input_sizes[d], B = 1;
+  for (int64_t k = 0; k < ndim; ++k) {
+    if (k < d) A *= input_sizes[k];
+    else if (k > d) B *= input_sizes[k];
+  }
+  const int64_t nwin = N >= size ? (N - size) / step + 1 : 0;
+  ACME_CHECK_T(grad_in.numel() == A * nwin * B * size, op, grad_in, "grad of shape ", grad_in.sizes(),
+               " does not match unfolding input of shape ", input_sizes, " (dim ", d, ", size ", size,
+               ", step ", step, ")");
+  at::Tensor g = grad_in.is_contiguous() ? grad_in : at::empty(grad_in.sizes(), grad_in.options());
+  if (!grad_in.is_contiguous()) convert_into(op, g, grad_in);
+  at::Tensor out = at::empty(input_sizes, grad_in.options());
+  dispatch<kFloating>(op, grad_in.device(), grad_in.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    std::vector<M> acc(static_cast<size_t>(A * N * B), M(0));
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t w = 0; w < nwin; ++w)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t k = 0; k < size; ++k)
+            acc[(a * N + w * step + k) * B + b] += static_cast<M>(gp[((a * nwin + w) * B + b) * size + k]);
+    T* o = static_cast<T*>(out.data_ptr());
+    for (size_t i = 0; i < acc.size(); ++i) o[i] = cvt<T>(acc[i]);
+  });
+  return out;
+}
+
+// channel_shuffle: channels seen as [groups, C / groups] and transposed.
+at::Tensor k_channel_shuffle(const at::Tensor& self, int64_t groups) {
+  const char* op = "channel_shuffle";
+  ACME_CHECK(groups > 0, op, "Number of groups to divide channels in must be positive. Value of groups:",
+             groups);
+  ACME_CHECK_T(self.dim() > 2, op, self,
+               "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ",
+               self.sizes());
+  const int64_t N = self.size(0), C = self.size(1);
+  ACME_CHECK(C % groups == 0, op, "Number of channels must be divisible by groups. Got ", C,
+             " channels and ", groups, " groups.");
+  at::Tensor in = self.is_contiguous() ? self : at::empty(self.sizes(), self.options());
+  if (!self.is_contiguous()) convert_into(op, in, self);
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  if (out.numel() == 0) return out;
+  const int64_t per = C / groups, inner = self.numel() / (N * C);
+  const size_t row = static_cast<size_t>(inner * self.element_size());
+  const char* ip = static_cast<const char*>(in.data_ptr());
+  char* opp = static_cast<char*>(out.data_ptr());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < per; ++i)
+      for (int64_t j = 0; j < groups; ++j)
+        std::memcpy(opp + (n * C + i * groups + j) * row, ip + (n * C + j * per + i) * row, row);
   return out;
 }
 

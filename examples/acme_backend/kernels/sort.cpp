@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -197,6 +198,181 @@ at::Tensor k_median(const at::Tensor& self) {
   at::Tensor flat = at::empty({self.numel()}, self.options());
   convert_into(op, flat.view(self.sizes()), self);
   return std::get<0>(select_per_line(op, flat, 0, false, [](auto& line) { return median_of(line); }));
+}
+
+namespace {
+// the lower median of the non-NaN values (sort puts NaNs last); NaN when the
+// line holds nothing else
+template <class Line>
+auto nanmedian_of(Line& line) {
+  int64_t finite = 0;
+  for (const auto& p : line)
+    if (!isnan_m(p.first)) ++finite;
+  sort_line(line, false);
+  return line[finite == 0 ? 0 : (finite - 1) / 2];
+}
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> k_nanmedian_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return select_per_line("nanmedian.dim", self, dim, keepdim,
+                         [](auto& line) { return nanmedian_of(line); });
+}
+
+at::Tensor k_nanmedian(const at::Tensor& self) {
+  const char* op = "nanmedian";
+  if (self.numel() == 0) {
+    // torch returns NaN for an empty input
+    at::Tensor out = at::empty({}, self.options());
+    dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+      using T = ACME_T(tag);
+      *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+    });
+    return out;
+  }
+  at::Tensor flat = at::empty({self.numel()}, self.options());
+  convert_into(op, flat.view(self.sizes()), self);
+  return std::get<0>(select_per_line(op, flat, 0, false, [](auto& line) { return nanmedian_of(line); }));
+}
+
+namespace {
+// searchsorted / bucketize: for each value, the insertion index into the
+// last dim of `boundaries` (one 1-d boundary row for all values, or one row
+// per leading index of `values`), lower bound (left) or upper bound (right).
+// Comparisons are torch's: !(b >= v) moves right (left side), !(b > v)
+// (right side), so NaNs sort last. `sorter` (optional) orders each row.
+at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at::Tensor& values,
+                         bool out_int32, bool right, const std::optional<at::Tensor>& sorter) {
+  const bool is_1d = boundaries.dim() == 1;
+  ACME_CHECK_T(boundaries.dim() >= 1, op, boundaries,
+               "boundaries tensor should have positive dimension, but got 0 dimension");
+  if (!is_1d) {
+    ACME_CHECK_T(boundaries.dim() == values.dim() &&
+                     boundaries.sizes().slice(0, boundaries.dim() - 1).equals(
+                         values.sizes().slice(0, values.dim() - 1)),
+                 op, boundaries,
+                 "boundaries and input value tensors should have same size for all but the last "
+                 "dimension, or boundaries should be 1-D; got boundaries ", boundaries.sizes(),
+                 " and input value ", values.sizes());
+  }
+  const bool has_sorter = sorter.has_value() && sorter->defined();
+  at::Tensor st;
+  if (has_sorter) {
+    ACME_CHECK_T(sorter->scalar_type() == at::kLong, op, *sorter, "sorter must be a tensor of long dtype, but got ",
+                 dtype_name(sorter->scalar_type()));
+    ACME_CHECK_T(sorter->sizes().equals(boundaries.sizes()), op, *sorter,
+                 "boundary and sorter must have the same size, but got boundary tensor ", boundaries.sizes(),
+                 " and sorter tensor ", sorter->sizes());
+    st = sorter->contiguous();
+  }
+  const auto common = promote({&boundaries, &values});
+  at::Tensor bd = cast(op, boundaries, common).contiguous();
+  at::Tensor in = cast(op, values, common).contiguous();
+  const int64_t nb = boundaries.size(-1);
+  const int64_t row_in = values.dim() == 0 ? 1 : values.size(-1);
+  if (out_int32) {
+    ACME_CHECK(nb < std::numeric_limits<int32_t>::max(), op,
+               "the size of boundaries must be less than ", std::numeric_limits<int32_t>::max(),
+               ", but got ", nb);
+  }
+  at::Tensor out = at::empty(values.sizes(), values.options().dtype(out_int32 ? at::kInt : at::kLong));
+  const int64_t* sp = has_sorter ? static_cast<const int64_t*>(st.data_ptr()) : nullptr;
+  if (sp) {
+    for (int64_t k = 0; k < st.numel(); ++k)
+      ACME_CHECK_INDEX(sp[k] >= 0 && sp[k] < nb, op, "sorter index out of range");
+  }
+  dispatch<kAllNoBool>(op, values.device(), common, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    const T* b = static_cast<const T*>(bd.data_ptr());
+    const T* v = static_cast<const T*>(in.data_ptr());
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      const int64_t row = is_1d ? 0 : (i / row_in) * nb;
+      const M val = static_cast<M>(v[i]);
+      int64_t lo = row, hi = row + nb;
+      while (lo < hi) {
+        const int64_t mid = lo + ((hi - lo) >> 1);
+        const M m = static_cast<M>(sp ? b[sp[mid] + row] : b[mid]);
+        const bool go_right = right ? !(m > val) : !(m >= val);
+        if (go_right) lo = mid + 1;
+        else hi = mid;
+      }
+      const int64_t pos = lo - row;
+      if (out_int32) static_cast<int32_t*>(out.data_ptr())[i] = static_cast<int32_t>(pos);
+      else static_cast<int64_t*>(out.data_ptr())[i] = pos;
+    }
+  });
+  return out;
+}
+
+bool search_side(const char* op, bool right, const std::optional<c10::string_view>& side) {
+  if (!side.has_value()) return right;
+  ACME_CHECK(*side == "left" || *side == "right", op, "side can only be 'left' or 'right' but got ", *side);
+  const bool side_right = *side == "right";
+  ACME_CHECK(!right || side_right, op, "side and right can't be set to opposites, got side of ", *side,
+             " while right was True");
+  return side_right;
+}
+}  // namespace
+
+at::Tensor k_searchsorted_Tensor(const at::Tensor& sorted_sequence, const at::Tensor& self, bool out_int32,
+                                 bool right, std::optional<c10::string_view> side,
+                                 const std::optional<at::Tensor>& sorter) {
+  const char* op = "searchsorted.Tensor";
+  return search_sorted(op, sorted_sequence, self, out_int32, search_side(op, right, side), sorter);
+}
+
+at::Tensor k_searchsorted_Scalar(const at::Tensor& sorted_sequence, const at::Scalar& self, bool out_int32,
+                                 bool right, std::optional<c10::string_view> side,
+                                 const std::optional<at::Tensor>& sorter) {
+  const char* op = "searchsorted.Scalar";
+  // the scalar as a 0-dim tensor of its own type (a wrapped number: the boundaries' dtype wins)
+  at::Tensor v = at::empty({}, sorted_sequence.options().dtype(self.type()));
+  dispatch<kAllNoBool>(op, sorted_sequence.device(), v.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    *static_cast<T*>(v.data_ptr()) = self.to<T>();
+  });
+  v.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return search_sorted(op, sorted_sequence, v, out_int32, search_side(op, right, side), sorter);
+}
+
+at::Tensor k_bucketize_Tensor(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32,
+                              bool right) {
+  const char* op = "bucketize.Tensor";
+  ACME_CHECK_T(boundaries.dim() == 1, op, boundaries, "boundaries tensor must be 1 dimension, but got dim(",
+               boundaries.dim(), ")");
+  return search_sorted(op, boundaries, self, out_int32, right, std::nullopt);
+}
+
+// isin: whether each element equals one of test_elements (NaN equals
+// nothing), both promoted to their common dtype; `invert` negates.
+at::Tensor k_isin_Tensor_Tensor(const at::Tensor& elements, const at::Tensor& test_elements,
+                                bool assume_unique, bool invert) {
+  const char* op = "isin.Tensor_Tensor";
+  (void)assume_unique;  // only a hint for torch's sorting algorithm
+  const auto common = promote({&elements, &test_elements});
+  at::Tensor el = cast(op, elements, common).contiguous();
+  at::Tensor te = cast(op, test_elements, common).contiguous();
+  at::Tensor out = at::empty(elements.sizes(), elements.options().dtype(at::kBool));
+  dispatch<kAllNoBool>(op, elements.device(), common, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    const T* tp = static_cast<const T*>(te.data_ptr());
+    std::vector<M> tests;
+    tests.reserve(static_cast<size_t>(te.numel()));
+    for (int64_t i = 0; i < te.numel(); ++i) {
+      const M v = static_cast<M>(tp[i]);
+      if (!isnan_m(v)) tests.push_back(v);
+    }
+    std::sort(tests.begin(), tests.end());
+    const T* ep = static_cast<const T*>(el.data_ptr());
+    bool* o = static_cast<bool*>(out.data_ptr());
+    for (int64_t i = 0; i < el.numel(); ++i) {
+      const M v = static_cast<M>(ep[i]);
+      const bool found = !isnan_m(v) && std::binary_search(tests.begin(), tests.end(), v);
+      o[i] = found != invert;
+    }
+  });
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> k_mode(const at::Tensor& self, int64_t dim, bool keepdim) {

@@ -353,4 +353,13 @@ at::Tensor k_signbit(const at::Tensor& self) {
   });
 }
 
+// angle of a real number: pi for negative values, 0 otherwise, NaN stays NaN.
+at::Tensor k_angle(const at::Tensor& self) {
+  return float_unary("angle", self, [](auto x) -> decltype(x) {
+    using M = decltype(x);
+    if (std::isnan(x)) return x;
+    return x < M(0) ? static_cast<M>(M_PI) : M(0);
+  });
+}
+
 }  // namespace acme::kernels

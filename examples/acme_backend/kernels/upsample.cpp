@@ -1,5 +1,6 @@
 // acme upsampling kernels: upsample_nearest2d and upsample_bilinear2d with
-// their backwards, on (N, C, H, W) inputs.
+// their backwards, on (N, C, H, W) inputs; nearest and nearest-exact in 1, 2
+// and 3 spatial dims (N, C, [D, [H,]] W) with their backwards.
 //
 // Source coordinates follow PyTorch's rules exactly (they decide which input
 // pixels an output pixel reads, so they must match bit for bit): an explicit
@@ -224,6 +225,165 @@ at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
     ob.finish(op);
   });
   return gi;
+}
+
+namespace {
+// ---- nearest / nearest-exact in 1 to 3 spatial dims ----
+// nearest-exact reads floor((dst + 0.5) * scale), plain nearest floor(dst * scale)
+// (with torch's integer shortcuts for equal and doubled sizes).
+std::vector<int64_t> nearest_exact_map(int64_t in, int64_t out, std::optional<double> scale) {
+  std::vector<int64_t> m(static_cast<size_t>(out));
+  const float s = nearest_scale(in, out, scale);
+  for (int64_t i = 0; i < out; ++i)
+    m[i] = std::min(static_cast<int64_t>(std::floor(static_cast<float>((static_cast<double>(i) + 0.5) * s))),
+                    in - 1);
+  return m;
+}
+
+// Planes and per-dim source maps of (N, C, D, H, W) with missing dims of size 1.
+struct NearestGeom {
+  int64_t planes = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+  std::vector<int64_t> md{0}, mh{0}, mw{0};
+};
+
+NearestGeom nearest_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
+                             const std::vector<std::optional<double>>& scales, bool exact) {
+  const size_t spatial = scales.size();
+  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
+             output_size);
+  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
+             in_sizes);
+  NearestGeom g;
+  g.planes = in_sizes[0] * in_sizes[1];
+  int64_t* in_d[3] = {&g.D, &g.H, &g.W};
+  int64_t* out_d[3] = {&g.Do, &g.Ho, &g.Wo};
+  std::vector<int64_t>* maps[3] = {&g.md, &g.mh, &g.mw};
+  for (size_t k = 0; k < spatial; ++k) {
+    const size_t slot = 3 - spatial + k;
+    const int64_t in = in_sizes[2 + k], out = output_size[k];
+    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
+               in_sizes, " and output ", output_size);
+    *in_d[slot] = in;
+    *out_d[slot] = out;
+    *maps[slot] = exact ? nearest_exact_map(in, out, scales[k]) : nearest_map(in, out, scales[k]);
+  }
+  return g;
+}
+
+at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
+                      const std::vector<std::optional<double>>& scales, bool exact) {
+  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
+  const NearestGeom g = nearest_geometry(op, self.sizes(), output_size, scales, exact);
+  std::vector<int64_t> osz{self.size(0), self.size(1)};
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  at::Tensor out = at::empty(osz, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    Acc* o = ob.data();
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+      const Acc* in = x.data() + pl * g.D * g.H * g.W;
+      for (int64_t od = 0; od < g.Do; ++od)
+        for (int64_t oh = 0; oh < g.Ho; ++oh)
+          for (int64_t ow = 0; ow < g.Wo; ++ow) *o++ = in[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]];
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
+                               at::IntArrayRef input_size,
+                               const std::vector<std::optional<double>>& scales, bool exact) {
+  if (!(cm::dtype_bit(grad_output.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, grad_output.device(), grad_output.scalar_type(), nn::kNNFloat);
+  const NearestGeom g = nearest_geometry(op, input_size, output_size, scales, exact);
+  std::vector<int64_t> osz{input_size[0], input_size[1]};
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", osz);
+  at::Tensor gi = at::empty(input_size, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto gr = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    const Acc* src = gr.data();
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+      Acc* dst = ob.data() + pl * g.D * g.H * g.W;
+      for (int64_t od = 0; od < g.Do; ++od)
+        for (int64_t oh = 0; oh < g.Ho; ++oh)
+          for (int64_t ow = 0; ow < g.Wo; ++ow) dst[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]] += *src++;
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+}  // namespace
+
+at::Tensor k_upsample_nearest1d(const at::Tensor& self, at::IntArrayRef output_size,
+                                ::std::optional<double> scales) {
+  return nearest_nd("upsample_nearest1d", self, output_size, {scales}, false);
+}
+
+at::Tensor k_upsample_nearest3d(const at::Tensor& self, at::IntArrayRef output_size,
+                                ::std::optional<double> scales_d, ::std::optional<double> scales_h,
+                                ::std::optional<double> scales_w) {
+  return nearest_nd("upsample_nearest3d", self, output_size, {scales_d, scales_h, scales_w}, false);
+}
+
+at::Tensor k__upsample_nearest_exact1d(const at::Tensor& self, at::IntArrayRef output_size,
+                                       ::std::optional<double> scales) {
+  return nearest_nd("_upsample_nearest_exact1d", self, output_size, {scales}, true);
+}
+
+at::Tensor k__upsample_nearest_exact2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                       ::std::optional<double> scales_h, ::std::optional<double> scales_w) {
+  return nearest_nd("_upsample_nearest_exact2d", self, output_size, {scales_h, scales_w}, true);
+}
+
+at::Tensor k__upsample_nearest_exact3d(const at::Tensor& self, at::IntArrayRef output_size,
+                                       ::std::optional<double> scales_d, ::std::optional<double> scales_h,
+                                       ::std::optional<double> scales_w) {
+  return nearest_nd("_upsample_nearest_exact3d", self, output_size, {scales_d, scales_h, scales_w}, true);
+}
+
+at::Tensor k_upsample_nearest1d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                         at::IntArrayRef input_size, ::std::optional<double> scales) {
+  return nearest_nd_backward("upsample_nearest1d_backward", grad_output, output_size, input_size, {scales},
+                             false);
+}
+
+at::Tensor k_upsample_nearest3d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                         at::IntArrayRef input_size, ::std::optional<double> scales_d,
+                                         ::std::optional<double> scales_h, ::std::optional<double> scales_w) {
+  return nearest_nd_backward("upsample_nearest3d_backward", grad_output, output_size, input_size,
+                             {scales_d, scales_h, scales_w}, false);
+}
+
+at::Tensor k__upsample_nearest_exact1d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                                at::IntArrayRef input_size, ::std::optional<double> scales) {
+  return nearest_nd_backward("_upsample_nearest_exact1d_backward", grad_output, output_size, input_size,
+                             {scales}, true);
+}
+
+at::Tensor k__upsample_nearest_exact2d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                                at::IntArrayRef input_size, ::std::optional<double> scales_h,
+                                                ::std::optional<double> scales_w) {
+  return nearest_nd_backward("_upsample_nearest_exact2d_backward", grad_output, output_size, input_size,
+                             {scales_h, scales_w}, true);
+}
+
+at::Tensor k__upsample_nearest_exact3d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                                at::IntArrayRef input_size, ::std::optional<double> scales_d,
+                                                ::std::optional<double> scales_h,
+                                                ::std::optional<double> scales_w) {
+  return nearest_nd_backward("_upsample_nearest_exact3d_backward", grad_output, output_size, input_size,
+                             {scales_d, scales_h, scales_w}, true);
 }
 
 }  // namespace acme::kernels

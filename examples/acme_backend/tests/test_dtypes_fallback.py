@@ -158,6 +158,19 @@ def test_sparse_coo_tensors_live_on_the_device_and_their_ops_fall_back(fallback_
     assert fallback_log(), "sparse ops are not native: they are in the fallback log"
 
 
+def test_sparse_csr_tensors_live_on_the_device_and_their_ops_fall_back(fallback_log):
+    dense = torch.tensor([[0.0, 2.0, 0.0], [3.0, 0.0, 4.0]])
+    on_device = dense.to_sparse_csr().to("acme")
+    assert on_device.layout == torch.sparse_csr and on_device.device.type == "acme"
+    assert on_device._nnz() == 3 and on_device.col_indices().device.type == "acme"
+    assert torch.equal(on_device.crow_indices().cpu(), torch.tensor([0, 1, 3]))
+    back = on_device.cpu()  # needs the layout's accessors on the device
+    assert back.layout == torch.sparse_csr and torch.equal(back.to_dense(), dense)
+    product = torch.sparse.mm(on_device, torch.ones(3, 2, device="acme"))
+    assert product.device.type == "acme" and torch.allclose(product.cpu(), dense @ torch.ones(3, 2))
+    assert fallback_log(), "sparse ops are not native: they are in the fallback log"
+
+
 def test_record_stream_is_glue_and_checks_the_stream():
     # ATen implements record_stream for CUDA only; the glue forwards it to the allocator.
     x = torch.ones(1024, device="acme:0")

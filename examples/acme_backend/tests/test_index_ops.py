@@ -152,6 +152,16 @@ def test_gather_and_scatter_on_a_0d_tensor(no_fallback):
     torch.testing.assert_close(dev, cpu)
 
 
+def test_gather_with_an_empty_index_of_any_dtype(no_fallback):
+    # torch checks the index dtype only when the index holds something (an
+    # OpInfo sample gathers with an empty uint8 index); a non-empty one is refused
+    x = torch.randn(5, generator=_gen(0))
+    cpu, dev = _on_both(lambda t, i: torch.gather(t, 0, i), x, torch.empty(0, dtype=torch.uint8))
+    assert dev.shape == cpu.shape == (0,)
+    with pytest.raises(RuntimeError, match="acme: gather: .*int64 or int32"):
+        torch.gather(x.to(DEVICE), 0, torch.ones(2, dtype=torch.uint8, device=DEVICE))
+
+
 def test_index_put_errors_name_op_and_device():
     x = torch.zeros(4, 3, device=DEVICE)
     # float64 values are not in the kernel's dtypes: the call runs on the CPU
