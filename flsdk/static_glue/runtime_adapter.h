@@ -36,7 +36,7 @@ struct DeviceConfig {
   int device_count;
   std::size_t memory_capacity;   // bytes per device
   std::size_t memory_alignment;  // bytes
-  int compute_units;             // per device, >= 1; 0 = auto (the host's hardware threads)
+  int compute_units = 1;         // per device, >= 1; 0 = auto (the host's hardware threads)
 };
 
 Status init(const DeviceConfig& config);

@@ -68,6 +68,29 @@ inline V tanh(V x) {
 #endif
 }
 
+// Sleef's 3.5-ULP versions where they exist, for the same reason as tanh
+// (each about twice as fast as the 1-ULP one); elsewhere ATen's.
+#if defined(CPU_CAPABILITY_AVX512)
+#define ACME_SLEEF_U35(fn, x) V(Sleef_##fn##f16_u35(x))
+#elif defined(CPU_CAPABILITY_AVX2)
+#define ACME_SLEEF_U35(fn, x) V(Sleef_##fn##f8_u35(x))
+#endif
+#ifdef ACME_SLEEF_U35
+inline V log_(V x) { return ACME_SLEEF_U35(log, x); }
+inline V log2_(V x) { return ACME_SLEEF_U35(log2, x); }
+inline V tan_(V x) { return ACME_SLEEF_U35(tan, x); }
+inline V atan_(V x) { return ACME_SLEEF_U35(atan, x); }
+inline V asin_(V x) { return ACME_SLEEF_U35(asin, x); }
+inline V acos_(V x) { return ACME_SLEEF_U35(acos, x); }
+#else
+inline V log_(V x) { return x.log(); }
+inline V log2_(V x) { return x.log2(); }
+inline V tan_(V x) { return x.tan(); }
+inline V atan_(V x) { return x.atan(); }
+inline V asin_(V x) { return x.asin(); }
+inline V acos_(V x) { return x.acos(); }
+#endif
+
 inline V sigmoid(V x) { return (V(1.f) + exp(x.neg())).reciprocal(); }
 
 inline V softplus(V x) { return exp(x).log1p(); }
@@ -79,16 +102,16 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::Exp: return loop1(in, out, n, [](V x) { return exp(x); });
     case Unary::Exp2: return loop1(in, out, n, [](V x) { return x.exp2(); });
     case Unary::Expm1: return loop1(in, out, n, [](V x) { return x.expm1(); });
-    case Unary::Log: return loop1(in, out, n, [](V x) { return x.log(); });
-    case Unary::Log2: return loop1(in, out, n, [](V x) { return x.log2(); });
+    case Unary::Log: return loop1(in, out, n, [](V x) { return log_(x); });
+    case Unary::Log2: return loop1(in, out, n, [](V x) { return log2_(x); });
     case Unary::Log10: return loop1(in, out, n, [](V x) { return x.log10(); });
     case Unary::Log1p: return loop1(in, out, n, [](V x) { return x.log1p(); });
     case Unary::Sin: return loop1(in, out, n, [](V x) { return x.sin(); });
     case Unary::Cos: return loop1(in, out, n, [](V x) { return x.cos(); });
-    case Unary::Tan: return loop1(in, out, n, [](V x) { return x.tan(); });
-    case Unary::Asin: return loop1(in, out, n, [](V x) { return x.asin(); });
-    case Unary::Acos: return loop1(in, out, n, [](V x) { return x.acos(); });
-    case Unary::Atan: return loop1(in, out, n, [](V x) { return x.atan(); });
+    case Unary::Tan: return loop1(in, out, n, [](V x) { return tan_(x); });
+    case Unary::Asin: return loop1(in, out, n, [](V x) { return asin_(x); });
+    case Unary::Acos: return loop1(in, out, n, [](V x) { return acos_(x); });
+    case Unary::Atan: return loop1(in, out, n, [](V x) { return atan_(x); });
     case Unary::Sinh: return loop1(in, out, n, [](V x) { return x.sinh(); });
     case Unary::Cosh: return loop1(in, out, n, [](V x) { return x.cosh(); });
     case Unary::Tanh: return loop1(in, out, n, [](V x) { return tanh(x); });
