@@ -7,9 +7,7 @@
 // so float32 results agree with the CPU to rounding.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/ops/empty.h>
 
@@ -123,7 +121,6 @@ at::Tensor k__cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p
   ACME_CHECK(p >= 0, op, "cdist only supports non-negative p values");
   ACME_CHECK_T(x1.scalar_type() == x2.scalar_type(), op, x2, "X1 and X2 must have the same dtype, got ",
                dtype_name(x1.scalar_type()), " and ", dtype_name(x2.scalar_type()));
-  check_same_device(op, x1, x2, "x2");
   const auto batch = batch_shape(op, x1, x2);
   const int64_t r1 = x1.size(-2), r2 = x2.size(-2), m = x1.size(-1);
   std::vector<int64_t> shape(batch);

@@ -808,7 +808,6 @@ at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& 
   ACME_CHECK_T(self.sizes() == indices.sizes(), op, indices,
                "Expected shape of indices to be same as that of the input tensor (", self.sizes(),
                ") but got indices tensor with shape: ", indices.sizes());
-  cm::check_same_device(op, self, indices, "indices");
   int64_t in_plane = 1, out_plane = 1;
   for (int k = 0; k < spatial; ++k) {
     in_plane *= self.size(self.dim() - spatial + k);

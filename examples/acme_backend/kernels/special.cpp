@@ -8,9 +8,7 @@
 // Integer inputs promote to the default float dtype, as in torch.
 #include "common/common.h"
 
-#if __has_include("../generated/kernels.h")
-#include "../generated/kernels.h"
-#endif
+#include "kernels.h"
 
 #include <ATen/native/Math.h>
 
