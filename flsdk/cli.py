@@ -106,7 +106,8 @@ def op_statuses(root: Path) -> list[dict]:
             where = scan.native.get(kernel) or scan.stubs.get(kernel) or ""
         else:
             status, where = "fallback", ""
-        rows.append({"op": spec.op, "family": spec.family, "status": status, "kernel": where})
+        spec_at = f"{os.path.relpath(spec.file)}:{spec.line}"  # relative to where the user stands
+        rows.append({"op": spec.op, "family": spec.family, "status": status, "kernel": where, "spec": spec_at})
     by_op = {r["op"]: r for r in rows}
     for op, info in DEVICE_ONLY_OPS.items():
         row = by_op.get(op) or {"op": op, "family": "device-only", "status": "fallback", "kernel": ""}
@@ -130,6 +131,9 @@ def device_only_warnings(root: Path) -> list[str]:
 
 def cmd_ops(args) -> int:
     rows = op_statuses(_backend_root(args.path))
+    if args.op:
+        # "add" matches every overload (add.Tensor, add.Scalar, ...), like get_supported_ops.
+        rows = [r for r in rows if r["op"] in args.op or r["op"].split(".")[0] in args.op]
     if args.status:
         rows = [r for r in rows if r["status"] in args.status]
     counts = {}
@@ -139,14 +143,17 @@ def cmd_ops(args) -> int:
         print(json.dumps({"ops": rows, "counts": counts}, indent=1))
         return 0
     if args.format == "markdown":
-        print("| op | family | status | kernel |\n| --- | --- | --- | --- |")
+        print("| op | family | status | kernel | spec |\n| --- | --- | --- | --- | --- |")
         for r in rows:
-            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel'] or r.get('note', '')} |")
+            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel'] or r.get('note', '')} "
+                  f"| {r.get('spec', '')} |")
     else:
         width = max([len(r["op"]) for r in rows] + [2])
-        print(f"{'op':{width}}  {'family':12}  {'status':8}  kernel")
+        kwidth = max([len(r["kernel"] or r.get("note", "")) for r in rows if r.get("spec")] + [6])
+        print(f"{'op':{width}}  {'family':12}  {'status':8}  {'kernel':{kwidth}}  spec")
         for r in rows:
-            print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  {r['kernel'] or r.get('note', '')}")
+            print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  "
+                  f"{r['kernel'] or r.get('note', ''):{kwidth}}  {r.get('spec', '')}".rstrip())
     print("\n" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return 0
 
@@ -321,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?")
     p.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     p.add_argument("--status", action="append", help="only ops with this status (repeatable)")
+    p.add_argument("--op", action="append", help="only this op (a base name matches every overload; repeatable)")
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser("doctor", help="check torch, compiler, cmake and installed backends")

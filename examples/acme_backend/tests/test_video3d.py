@@ -3,7 +3,7 @@
 max / avg / adaptive 3-d pooling, forward + backward + one optimizer step.
 
 The op-level checks are in the generated conformance tests (samples of
-convolution_overrideable and the *_pool3d ops in opspec/conv_pool.yaml); this
+convolution_overrideable and the *_pool3d ops in opspec/conv.yaml and opspec/pool.yaml); this
 file checks the composition an r3d-style network makes of them, with the
 fallback log asserted empty so a 3-d op silently running on the CPU fails.
 """
