@@ -153,10 +153,10 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   const char* op = "gather";
   (void)sparse_grad;
   dim = wrap_dim(op, dim, self.dim());
+  // torch checks the index (dtype, rank, sizes) only when there is something to gather
+  if (index.numel() == 0) return at::empty(index.sizes(), self.options());
   check_gather_shapes(op, self, dim, index, nullptr);
   at::Tensor out = at::empty(index.sizes(), self.options());
-  // torch checks the index dtype only when there is something to gather
-  if (index.numel() == 0) return out;
   at::Tensor idx = index_as_long(op, index);
   const int64_t dstride = self.dim() == 0 ? 0 : self.stride(dim) * self.element_size();
   by_elsize(op, self.element_size(), [&](auto tag) {
