@@ -189,6 +189,8 @@ at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, con
   if (src)
     ACME_CHECK_T(src->scalar_type() == self.scalar_type(), op, *src, "Expected self.dtype (",
                  dtype_name(self.scalar_type()), ") to be equal to src.dtype");
+  // as torch: an empty index scatters nothing and is not checked (gather's backward sends one)
+  if (index.numel() == 0) return clone_contig(op, self);
   check_gather_shapes(op, self, dim, index, src);
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
@@ -259,6 +261,7 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   dim = wrap_dim(op, dim, self.dim());
   ACME_CHECK_T(src.scalar_type() == self.scalar_type(), op, src, "Expected self.dtype (",
                dtype_name(self.scalar_type()), ") to be equal to src.dtype");
+  if (index.numel() == 0) return clone_contig(op, self);  // as scatter_impl
   check_gather_shapes(op, self, dim, index, &src);
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
