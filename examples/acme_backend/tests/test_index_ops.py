@@ -162,6 +162,25 @@ def test_gather_with_an_empty_index_of_any_dtype(no_fallback):
         torch.gather(x.to(DEVICE), 0, torch.ones(2, dtype=torch.uint8, device=DEVICE))
 
 
+@pytest.mark.parametrize("op", ["gather", "scatter", "scatter_add", "scatter_reduce"])
+def test_an_empty_index_of_another_rank_or_dtype_is_not_checked(op, no_fallback):
+    # as torch (OpInfo gather samples 3/4 and gather's backward): nothing to index, no checks
+    x = torch.randn(3, 4, generator=_gen(1))
+    index = torch.empty(0, 5, dtype=torch.uint8)
+    calls = {
+        "gather": lambda t, i: torch.gather(t, 1, i),
+        "scatter": lambda t, i: t.scatter(0, i, torch.zeros(0, 5, device=t.device)),
+        "scatter_add": lambda t, i: t.scatter_add(0, i, torch.zeros(0, 5, device=t.device)),
+        "scatter_reduce": lambda t, i: t.scatter_reduce(0, i, torch.zeros(0, 5, device=t.device), "amax"),
+    }
+    cpu, dev = _on_both(calls[op], x, index)
+    assert dev.shape == cpu.shape
+    torch.testing.assert_close(dev, cpu)
+    if op == "gather":  # a non-empty index of another rank is still refused
+        with pytest.raises(RuntimeError, match="same number of dimensions"):
+            torch.gather(x.to(DEVICE), 1, torch.zeros(1, 1, 1, dtype=torch.long, device=DEVICE))
+
+
 def test_index_put_errors_name_op_and_device():
     x = torch.zeros(4, 3, device=DEVICE)
     # float64 values are not in the kernel's dtypes: the call runs on the CPU
