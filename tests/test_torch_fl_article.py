@@ -62,9 +62,9 @@ def test_get_supported_ops_as_in_the_article():
     # the exact-overload forms keep working, and it is still the sorted kernel list
     assert "add.Tensor" in supported_ops and "aten::add.Tensor" in supported_ops
     assert supported_ops == sorted(supported_ops) and "add.Tensor" in list(supported_ops)
-    # what acme does not run is not in it: logcumsumexp goes to the CPU fallback
-    assert "aten::logcumsumexp" not in supported_ops
-    assert supported_ops.explain("aten::logcumsumexp").how == "fallback"
+    # what acme does not run is not in it: histc goes to the CPU fallback
+    assert "aten::histc" not in supported_ops
+    assert supported_ops.explain("aten::histc").how == "fallback"
     assert "aten::no_such_op" not in supported_ops
     assert "aten::add.NoSuchOverload" not in supported_ops
 
@@ -98,11 +98,11 @@ class _OffByOneOnDevice(torch.nn.Module):
 def test_fallback_log_as_in_the_article():
     torch_fl.clear_fallback_log()
     torch_fl.set_fallback_mode(True)
-    torch.logcumsumexp(torch.randn(8, device="acme:0"), 0)  # no acme kernel: CPU fallback
+    torch.histc(torch.randn(8, device="acme:0"), bins=4)  # no acme kernel: CPU fallback
     seen = {}
     for entry in torch_fl.get_fallback_log():
         seen[entry["op"]] = entry["count"]
-    assert seen.get("_logcumsumexp", 0) >= 1
+    assert seen.get("histc", 0) >= 1
 
 
 @pytest.fixture

@@ -27,11 +27,11 @@ def _tiny_model():
                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 64, 4))
 
 
-class _LogCumSumExp(torch.nn.Module):
+class _Histogram(torch.nn.Module):
     """A layer acme has no kernel for: the CPU fallback runs it."""
 
     def forward(self, x):
-        return torch.logcumsumexp(x, dim=-1)
+        return torch.histc(x, bins=8)
 
 
 def test_readiness_on_a_small_model(tmp_path):
@@ -74,13 +74,13 @@ def test_readiness_on_a_small_model(tmp_path):
 def test_readiness_reports_fallback_share_and_changed_versions(tmp_path):
     record = tmp_path / "lock.json"
     record.write_text(json.dumps({"versions": {"torch": "2.0.0"}}))
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _LogCumSumExp())
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _Histogram())
     report = torch_fl.readiness(DEVICE, model, torch.randn(4, 8), record=record,
                                 bandwidth=False, faults=False)
     fb = report["fallback"]
-    assert fb.status == "warn" and "_logcumsumexp" in fb.summary
+    assert fb.status == "warn" and "histc" in fb.summary
     (entry,) = fb.evidence["fallback_ops"]
-    assert entry["op"] == "_logcumsumexp" and entry["count"] >= 1 and 0 < entry["share"] <= 1
+    assert entry["op"] == "histc" and entry["count"] >= 1 and 0 < entry["share"] <= 1
     rec = report["versions_recorded"]
     assert rec.status == "warn" and "torch 2.0.0 -> " in rec.summary
     assert json.loads(record.read_text())["versions"] == {"torch": "2.0.0"}  # not overwritten

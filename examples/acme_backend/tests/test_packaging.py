@@ -146,7 +146,7 @@ def test_second_privateuse1_claimant_gets_a_clear_error(fresh_python, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     refused = next(line for line in proc.stdout.splitlines() if line.startswith("REFUSED"))
     assert "'other'" in refused and "'acme'" in refused, refused
-    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" in refused, refused   # and what to do about it
+    assert "TORCH_FL_BACKEND=acme" in refused, refused   # and what to do about it
     assert "ERROR PyTorch's PrivateUse1 slot" in proc.stdout
 
 
