@@ -15,6 +15,7 @@ import torch
 
 import torch_fl
 from torch_fl import checklist
+from torch_fl.testing.fallback_probe import FALLBACK_PROBE
 
 acme = pytest.importorskip("torch_fl_acme")
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,11 +28,13 @@ def _tiny_model():
                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 64, 4))
 
 
-class _Histogram(torch.nn.Module):
-    """A layer acme has no kernel for: the CPU fallback runs it."""
+class _FallbackLayer(torch.nn.Module):
+    """A layer no backend has a kernel for (a CPU-only op): the CPU fallback runs it."""
 
     def forward(self, x):
-        return torch.histc(x, bins=8)
+        from torch_fl.testing.fallback_probe import fallback_probe
+
+        return fallback_probe()(x)
 
 
 def test_readiness_on_a_small_model(tmp_path):
@@ -74,13 +77,13 @@ def test_readiness_on_a_small_model(tmp_path):
 def test_readiness_reports_fallback_share_and_changed_versions(tmp_path):
     record = tmp_path / "lock.json"
     record.write_text(json.dumps({"versions": {"torch": "2.0.0"}}))
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _Histogram())
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _FallbackLayer())
     report = torch_fl.readiness(DEVICE, model, torch.randn(4, 8), record=record,
                                 bandwidth=False, faults=False)
     fb = report["fallback"]
-    assert fb.status == "warn" and "histc" in fb.summary
+    assert fb.status == "warn" and FALLBACK_PROBE in fb.summary
     (entry,) = fb.evidence["fallback_ops"]
-    assert entry["op"] == "histc" and entry["count"] >= 1 and 0 < entry["share"] <= 1
+    assert entry["op"] == FALLBACK_PROBE and entry["count"] >= 1 and 0 < entry["share"] <= 1
     rec = report["versions_recorded"]
     assert rec.status == "warn" and "torch 2.0.0 -> " in rec.summary
     assert json.loads(record.read_text())["versions"] == {"torch": "2.0.0"}  # not overwritten
