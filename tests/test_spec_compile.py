@@ -20,7 +20,8 @@ def test_default_is_none():
     d = load_device(FIXTURE)
     assert d.compile == CompileConfig("none", None, False, False)
     assert d.as_dict()["compile"] == {"codegen": "none", "triton_backend": None,
-                                      "cudagraphs": False, "autotune": False}
+                                      "cudagraphs": False, "autotune": False,
+                                      "channels_last": False}
 
 
 def test_cpp_and_triton(tmp_path):
@@ -42,3 +43,23 @@ def test_triton_option_refused_for_cpp(tmp_path):
     with pytest.raises(SpecErrors) as info:
         load_device(with_compile(tmp_path, "compile: {codegen: cpp, autotune: true}\n"))
     assert "compile.autotune" in str(info.value) and "codegen triton only" in str(info.value)
+
+
+def test_channels_last_for_cpp_and_triton(tmp_path):
+    assert load_device(with_compile(tmp_path, "compile: {codegen: cpp, channels_last: true}\n")).compile.channels_last
+    assert not load_device(with_compile(tmp_path, "compile: {codegen: triton}\n")).compile.channels_last
+
+
+def test_channels_last_refused_without_codegen(tmp_path):
+    path = with_compile(tmp_path, "compile: {codegen: none, channels_last: true}\n")
+    with pytest.raises(SpecErrors) as info:
+        load_device(path)
+    text = str(info.value)
+    line = len(FIXTURE.read_text().splitlines()) + 1
+    assert f"{path}:{line}: compile.channels_last" in text and "not none" in text, text
+
+
+def test_channels_last_must_be_boolean(tmp_path):
+    with pytest.raises(SpecErrors) as info:
+        load_device(with_compile(tmp_path, "compile: {codegen: cpp, channels_last: yes please}\n"))
+    assert "compile.channels_last" in str(info.value) and "true or false" in str(info.value)

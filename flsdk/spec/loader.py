@@ -328,6 +328,10 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                 errors.add(doc.error(("compile", key), f"`{key}` applies to codegen triton only, "
                                      f"not {compile_section['codegen']}",
                                      "remove it, or set codegen: triton"))
+    if compile_section["codegen"] == "none" and "channels_last" in compile_section:
+        errors.add(doc.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp "
+                             "or triton, not none (nothing is compiled)",
+                             "remove it, or set codegen: cpp or triton"))
 
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
@@ -375,6 +379,7 @@ def _compile_config(section: dict, name: str) -> CompileConfig:
         triton_backend=section.get("triton_backend", name) if codegen == "triton" else None,
         cudagraphs=bool(section.get("cudagraphs", False)),
         autotune=bool(section.get("autotune", False)),
+        channels_last=bool(section.get("channels_last", False)),
     )
 
 

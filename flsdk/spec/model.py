@@ -83,6 +83,7 @@ class CompileConfig:
     triton_backend: str | None   # triton: the vendor's Triton backend name (default: device name)
     cudagraphs: bool             # triton: may Inductor capture device graphs (default False)
     autotune: bool               # triton: may Inductor autotune kernels (default False)
+    channels_last: bool = False  # may Inductor convert conv graphs to NHWC (default False)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,10 @@ def register(name: str) -> dict[str, Any]:
         else:
             from . import no_codegen as impl
         hooks = impl.register(name, config, cache_key(name))
+        if codegen != "none":
+            from . import layout
+
+            layout.apply(name, bool(config.get("channels_last", False)))
         _registered[name] = hooks
         return hooks
 

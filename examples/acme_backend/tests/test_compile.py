@@ -192,6 +192,41 @@ def test_conv_and_model_on_second_device():
     close(y, model(x), atol=1e-5, rtol=1e-4)
 
 
+def _channels_last_buffers(code: str) -> list[str]:
+    """Buffers the wrapper allocates 4-d in channels-last strides (N, 1, W*C, C)."""
+    import re
+
+    return re.findall(r"empty_strided\(\(\d+, \d+, \d+, \d+\), \(\d+, 1, \d+, \d+\)", code)
+
+
+def test_conv_graph_keeps_the_models_memory_format():
+    """acme's convolutions are NCHW, and device.yaml does not say channels_last: Inductor
+    must not rewrite the graph to NHWC (it did: a compiled ResNet-18 step ran 1.7x
+    slower than eager). With the policy flipped, the same graph gets NHWC copies:
+    the check can fail."""
+    from torch._inductor.utils import run_and_get_code
+
+    from torch_fl.compile import layout
+
+    torch.manual_seed(0)
+    # More than 64 channels, out >= in: a training graph Inductor's heuristic makes NHWC.
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 96, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(96, 96, 3, padding=1)).to("acme")
+    x = torch.randn(1, 3, 6, 6, device="acme")
+    y, (code,) = run_and_get_code(torch.compile(model), x)
+    assert layout.allows_channels_last("acme") is False
+    assert _channels_last_buffers(code) == [], code
+    close(y, model(x), atol=1e-5, rtol=1e-4)
+
+    torch._dynamo.reset()
+    layout._policy["acme"] = True
+    try:
+        _, (code,) = run_and_get_code(torch.compile(model), x)
+    finally:
+        layout._policy["acme"] = False
+    assert _channels_last_buffers(code), "the policy switch had no effect: the check above proves nothing"
+
+
 @pytest.mark.slow
 def test_mixed_cpu_and_acme_graph():
     def f(a, b):
