@@ -142,6 +142,42 @@ def test_dry_run_writes_nothing(backend):
     assert not (backend / "kernels" / "relu.cpp").exists()
 
 
+ADD_KERNELS = ('#include "kernels.h"\nnamespace zeta::kernels {\n'
+               "at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, "
+               "const at::Scalar & alpha) {\n  return self;\n}\n")
+INPLACE_ADD = ("bool k_add__Tensor(at::Tensor & self, const at::Tensor & other, "
+               "const at::Scalar & alpha) {\n  return false;\n}\n")
+
+
+def test_inplace_kernel_is_optional_and_tried_first(backend):
+    generate(backend)
+    kernel = backend / "kernels" / "add_Tensor.cpp"
+    kernel.write_text(ADD_KERNELS + "}\n")
+    generate(backend)
+    assert "k_add__Tensor" not in _registration(backend)
+    assert "k_add__Tensor" not in (backend / "generated" / "kernels.h").read_text()
+
+    kernel.write_text(ADD_KERNELS + INPLACE_ADD + "}\n")
+    result = generate(backend)
+    assert not any(o.startswith("k_add__Tensor") for o in result.orphan_kernels), result.orphan_kernels
+    header = (backend / "generated" / "kernels.h").read_text()
+    assert ("bool k_add__Tensor(at::Tensor & self, const at::Tensor & other, "
+            "const at::Scalar & alpha);") in header
+    registration = _registration(backend)
+    inplace = registration[registration.index("wrapper_add__Tensor("):]
+    inplace = inplace[:inplace.index("\n}\n")]
+    # tried first, inside the kernel scope; the copy path stays for the calls it declines
+    assert inplace.index("KernelScope scope;") < inplace.index(
+        "if (kernels::k_add__Tensor(self, other, alpha)) return self;") < inplace.index(
+        "auto result = kernels::k_add_Tensor(self, other, alpha);") < inplace.index("self.copy_(result);")
+    # the shard declares what it calls (it does not include kernels.h)
+    assert ("bool k_add__Tensor(at::Tensor & self, const at::Tensor & other, "
+            "const at::Scalar & alpha);") in registration
+    # out= keeps the functional kernel
+    out = registration[registration.index("wrapper_add_out("):]
+    assert "k_add__Tensor" not in out[:out.index("\n}\n")]
+
+
 def test_removed_op_kernel_is_reported_not_deleted(backend):
     generate(backend)
     kernel = backend / "kernels" / "relu.cpp"

@@ -6,6 +6,7 @@ literals), so the C++ and Python they produce can be read off this file.
 
 from __future__ import annotations
 
+import dataclasses
 import pprint
 import re
 import zlib
@@ -86,6 +87,7 @@ class Wrapper:
     checks: list[str]
     body: list[str]
     kernel: signatures.KernelSignature  # the vendor kernel it calls
+    inplace_kernel: signatures.KernelSignature | None = None  # tried first (in-place wrappers)
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -223,9 +225,22 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
     )
 
 
+def inplace_kernel_signature(f_variant: NativeFunction) -> signatures.KernelSignature:
+    """The optional in-place kernel of an in-place overload (`k_mul__Tensor`): the
+    op's own C++ signature, but it returns whether it wrote `self` itself. It may
+    decline (false) any call it has no fast path for; the wrapper then computes with
+    the functional kernel and copies, as without it."""
+    sig = signatures.kernel_signature(f_variant)
+    assert sig.decl.startswith(sig.returns) and sig.defn.startswith(sig.returns), sig.decl
+    return dataclasses.replace(sig, decl="bool" + sig.decl[len(sig.returns):],
+                               defn="bool" + sig.defn[len(sig.returns):], returns="bool")
+
+
 def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction, spec: OpSpec,
-                     op_dtypes, sig: signatures.KernelSignature) -> Wrapper | None:
-    """In-place / out= wrapper computing with the functional kernel, then copying."""
+                     op_dtypes, sig: signatures.KernelSignature,
+                     inplace_kernel: signatures.KernelSignature | None = None) -> Wrapper | None:
+    """In-place / out= wrapper computing with the functional kernel, then copying.
+    An in-place wrapper whose op has an in-place kernel (`inplace_kernel`) tries it first."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
     args = _use_moved_indices(f_variant.func, signatures.call_args(f_variant, f_functional))
@@ -234,7 +249,11 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         return None  # only single-tensor results can be copied into self/out
     if kind == "inplace":
         target = f_variant.func.arguments.self_arg.argument.name
-        body = [
+        direct = []
+        if inplace_kernel is not None:
+            direct = [f"if (kernels::{inplace_kernel.kernel}("
+                      f"{_use_moved_indices(f_variant.func, inplace_kernel.call_args)})) return {target};"]
+        body = direct + [
             f"auto result = kernels::{kernel}({args});",
             f'check_inplace({target}, result, "{f_variant.func.name}");',
             f"{target}.copy_(result);",
@@ -259,11 +278,19 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
         checks=_device_checks(f_variant.func) + route, body=body, kernel=sig,
+        inplace_kernel=inplace_kernel,
     )
 
 
 def kernel_name(spec: OpSpec) -> str:
     return signatures.kernel_name(spec.name)
+
+
+def inplace_kernel_names(backend: Backend) -> set[str]:
+    """The in-place kernels the backend may write (`k_mul__Tensor` for mul_.Tensor):
+    one per spec whose variants include inplace."""
+    return {signatures.kernel_name(spec.variant_ops["inplace"]) for spec in backend.ops
+            if not spec.is_custom and "inplace" in spec.variants and spec.variant_ops.get("inplace")}
 
 
 @dataclass
@@ -295,6 +322,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     ]
     wrappers: list[Wrapper] = []
     skipped: list[str] = []
+    inplace_sigs: list[signatures.KernelSignature] = []   # the vendor's optional in-place kernels
     for spec in aten_ops:
         if scan.status(kernel_name(spec)) != "native":
             continue
@@ -308,12 +336,17 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             if variant in GLUE_OPS:
                 skipped.append(f"{variant}: the generated glue implements it")
                 continue
+            inplace_kernel = None
+            if variant and kind == "inplace" and scan.status(signatures.kernel_name(variant)) == "native":
+                inplace_kernel = inplace_kernel_signature(functions[variant])
             wrapper = (_variant_wrapper(kind, functions[variant], f, spec, backend.dtypes_for(spec),
-                                        aten_sigs[spec.op]) if variant else None)
+                                        aten_sigs[spec.op], inplace_kernel) if variant else None)
             if wrapper is None:
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
                 wrappers.append(wrapper)
+                if inplace_kernel is not None:
+                    inplace_sigs.append(inplace_kernel)
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
     # Device-only ops (no CPU kernel) the backend does not implement: the glue
     # registers their CPU reference or composite, or an error saying they must be native.
@@ -360,7 +393,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     }
     custom_schemas = [spec.schema for spec in custom_ops]
     extra = {
-        "kernels.h": {"kernels": kernel_sigs},
+        "kernels.h": {"kernels": kernel_sigs, "inplace_kernels": inplace_sigs},
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
@@ -370,7 +403,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     for shard in range(shards):
         mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
         mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
-        kernels = list({w.kernel.kernel: w.kernel for w in mine + mine_custom}.values())
+        called = [k for w in mine + mine_custom for k in (w.kernel, w.inplace_kernel) if k is not None]
+        kernels = list({k.kernel: k for k in called}.values())
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
                               {"shard": shard, "shards": shards, "wrappers": mine,
                                "custom_wrappers": mine_custom, "kernels": kernels}))

@@ -75,11 +75,12 @@ M float_pow(M x, M e) {
 
 }  // namespace
 
-at::Tensor k_add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const char* op = "add.Tensor";
-  const auto compute = promote({&self, &other});
-  check_alpha(op, compute, alpha);
-  return binary_kernel<kAll>(op, self, other, compute, [&alpha](auto tag) {
+// Element functors shared by a functional kernel and its in-place kernel (the
+// in-place one writes self directly when the call is plain, see pointwise.h).
+namespace {
+
+auto add_body(const at::Scalar& alpha) {
+  return [&alpha](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M al = alpha.to<M>();
     if constexpr (std::is_same_v<M, bool>) {
@@ -87,41 +88,90 @@ at::Tensor k_add_Tensor(const at::Tensor& self, const at::Tensor& other, const a
     } else {
       return [al](M x, M y) -> M { return x + al * y; };
     }
-  });
+  };
 }
 
-at::Tensor k_sub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const char* op = "sub.Tensor";
-  const auto compute = promote({&self, &other});
-  ACME_CHECK(self.scalar_type() != at::kBool && other.scalar_type() != at::kBool, op,
-             "subtraction, the `-` operator, with a bool tensor is not supported. "
-             "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
-             "instead.");
-  check_alpha(op, compute, alpha);
-  return binary_kernel<kAllNoBool>(op, self, other, compute, [&alpha](auto tag) {
+auto sub_body(const at::Scalar& alpha) {
+  return [&alpha](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M al = alpha.to<M>();
     return [al](M x, M y) -> M { return x - al * y; };
-  });
+  };
 }
 
-at::Tensor k_mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
-  return binary_kernel<kAll>("mul.Tensor", self, other, promote({&self, &other}), [](auto tag) {
+auto mul_body() {
+  return [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_same_v<M, bool>) return x && y;
       else return x * y;
     };
-  });
+  };
+}
+
+auto div_body() {
+  return [](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [](M x, M y) -> M { return x / y; };
+  };
+}
+
+void check_sub(const char* op, at::ScalarType a, at::ScalarType b) {
+  ACME_CHECK(a != at::kBool && b != at::kBool, op,
+             "subtraction, the `-` operator, with a bool tensor is not supported. "
+             "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+             "instead.");
+}
+
+}  // namespace
+
+at::Tensor k_add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "add.Tensor";
+  const auto compute = promote({&self, &other});
+  check_alpha(op, compute, alpha);
+  return binary_kernel<kAll>(op, self, other, compute, add_body(alpha));
+}
+
+bool k_add__Tensor(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "add_.Tensor";
+  const auto compute = promote({&self, &other});
+  check_alpha(op, compute, alpha);
+  return binary_inplace<kAll>(op, self, other, compute, add_body(alpha));
+}
+
+at::Tensor k_sub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "sub.Tensor";
+  const auto compute = promote({&self, &other});
+  check_sub(op, self.scalar_type(), other.scalar_type());
+  check_alpha(op, compute, alpha);
+  return binary_kernel<kAllNoBool>(op, self, other, compute, sub_body(alpha));
+}
+
+bool k_sub__Tensor(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const char* op = "sub_.Tensor";
+  const auto compute = promote({&self, &other});
+  check_sub(op, self.scalar_type(), other.scalar_type());
+  check_alpha(op, compute, alpha);
+  return binary_inplace<kAllNoBool>(op, self, other, compute, sub_body(alpha));
+}
+
+at::Tensor k_mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary_kernel<kAll>("mul.Tensor", self, other, promote({&self, &other}), mul_body());
+}
+
+bool k_mul__Tensor(at::Tensor& self, const at::Tensor& other) {
+  return binary_inplace<kAll>("mul_.Tensor", self, other, promote({&self, &other}), mul_body());
 }
 
 at::Tensor k_div_Tensor(const at::Tensor& self, const at::Tensor& other) {
   // true division: integers promote to the default float dtype
   const auto compute = float_compute(promote({&self, &other}));
-  return binary_kernel<kFloating>("div.Tensor", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    return [](M x, M y) -> M { return x / y; };
-  });
+  return binary_kernel<kFloating>("div.Tensor", self, other, compute, div_body());
+}
+
+bool k_div__Tensor(at::Tensor& self, const at::Tensor& other) {
+  const auto compute = float_compute(promote({&self, &other}));
+  return binary_inplace<kFloating>("div_.Tensor", self, other, compute, div_body());
 }
 
 at::Tensor k_div_Tensor_mode(const at::Tensor& self, const at::Tensor& other,
@@ -486,11 +536,10 @@ at::Tensor k_rsub_Tensor(const at::Tensor& self, const at::Tensor& other, const 
 
 // ---- Scalar overloads: the Scalar takes part in promotion as a wrapped number ----
 
-at::Tensor k_add_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
-  const char* op = "add.Scalar";
-  const auto compute = promote({&self}, {&other});
-  check_alpha(op, compute, alpha);
-  return unary_kernel<kAll>(op, self, compute, [&](auto tag) {
+namespace {
+
+auto add_scalar_body(const at::Scalar& other, const at::Scalar& alpha) {
+  return [&other, &alpha](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     if constexpr (std::is_same_v<M, bool>) {
       const bool add = alpha.to<bool>() && other.to<bool>();
@@ -499,7 +548,42 @@ at::Tensor k_add_Scalar(const at::Tensor& self, const at::Scalar& other, const a
       const M v = static_cast<M>(alpha.to<M>() * other.to<M>());
       return [v](M x) -> M { return x + v; };
     }
-  });
+  };
+}
+
+auto mul_scalar_body(const at::Scalar& other) {
+  return [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M v = other.to<M>();
+    return [v](M x) -> M {
+      if constexpr (std::is_same_v<M, bool>) return x && v;
+      else return x * v;
+    };
+  };
+}
+
+auto div_scalar_body(const at::Scalar& other) {
+  return [&other](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M v = other.to<M>();
+    return [v](M x) -> M { return x / v; };
+  };
+}
+
+}  // namespace
+
+at::Tensor k_add_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  const char* op = "add.Scalar";
+  const auto compute = promote({&self}, {&other});
+  check_alpha(op, compute, alpha);
+  return unary_kernel<kAll>(op, self, compute, add_scalar_body(other, alpha));
+}
+
+bool k_add__Scalar(at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  const char* op = "add_.Scalar";
+  const auto compute = promote({&self}, {&other});
+  check_alpha(op, compute, alpha);
+  return unary_inplace<kAll>(op, self, compute, add_scalar_body(other, alpha));
 }
 
 at::Tensor k_sub_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
@@ -517,23 +601,21 @@ at::Tensor k_sub_Scalar(const at::Tensor& self, const at::Scalar& other, const a
 }
 
 at::Tensor k_mul_Scalar(const at::Tensor& self, const at::Scalar& other) {
-  return unary_kernel<kAll>("mul.Scalar", self, promote({&self}, {&other}), [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    const M v = other.to<M>();
-    return [v](M x) -> M {
-      if constexpr (std::is_same_v<M, bool>) return x && v;
-      else return x * v;
-    };
-  });
+  return unary_kernel<kAll>("mul.Scalar", self, promote({&self}, {&other}), mul_scalar_body(other));
+}
+
+bool k_mul__Scalar(at::Tensor& self, const at::Scalar& other) {
+  return unary_inplace<kAll>("mul_.Scalar", self, promote({&self}, {&other}), mul_scalar_body(other));
 }
 
 at::Tensor k_div_Scalar(const at::Tensor& self, const at::Scalar& other) {
   const auto compute = float_compute(promote({&self}, {&other}));
-  return unary_kernel<kFloating>("div.Scalar", self, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    const M v = other.to<M>();
-    return [v](M x) -> M { return x / v; };
-  });
+  return unary_kernel<kFloating>("div.Scalar", self, compute, div_scalar_body(other));
+}
+
+bool k_div__Scalar(at::Tensor& self, const at::Scalar& other) {
+  const auto compute = float_compute(promote({&self}, {&other}));
+  return unary_inplace<kFloating>("div_.Scalar", self, compute, div_scalar_body(other));
 }
 
 at::Tensor k_remainder_Scalar(const at::Tensor& self, const at::Scalar& other) {

@@ -33,35 +33,73 @@ at::Tensor k_where_self(const at::Tensor& condition, const at::Tensor& self, con
   return out;
 }
 
-at::Tensor k_addcmul(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
-                     const at::Scalar& value) {
-  const char* op = "addcmul";
+// Element functors and checks shared by a functional kernel and its in-place kernel.
+namespace {
+
+at::ScalarType addcmul_compute(const char* op, const at::Tensor& self, const at::Tensor& tensor1,
+                               const at::Tensor& tensor2, const at::Scalar& value) {
   const auto compute = promote({&self, &tensor1, &tensor2});
   if (c10::isIntegralType(compute, true)) {
     ACME_CHECK(!value.isFloatingPoint(), op,
                "for integer inputs, value must be an integer (dtype ", dtype_name(compute), ")");
   }
-  return ternary_kernel<kAllNoBool>(op, self, tensor1, tensor2, compute, [&value](auto tag) {
+  return compute;
+}
+
+auto addcmul_body(const at::Scalar& value) {
+  return [&value](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M v = value.to<M>();
     return [v](M s, M a, M b) -> M { return s + v * a * b; };
-  });
+  };
 }
 
-at::Tensor k_addcdiv(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
-                     const at::Scalar& value) {
-  const char* op = "addcdiv";
+at::ScalarType addcdiv_compute(const char* op, const at::Tensor& self, const at::Tensor& tensor1,
+                               const at::Tensor& tensor2) {
   ACME_CHECK(!c10::isIntegralType(tensor1.scalar_type(), true) ||
                  !c10::isIntegralType(tensor2.scalar_type(), true),
              op,
              "Integer division with addcdiv is no longer supported, and in a future release "
              "addcdiv will perform a true division of tensor1 and tensor2.");
-  const auto compute = promote({&self, &tensor1, &tensor2});
-  return ternary_kernel<kFloating>(op, self, tensor1, tensor2, compute, [&value](auto tag) {
+  return promote({&self, &tensor1, &tensor2});
+}
+
+auto addcdiv_body(const at::Scalar& value) {
+  return [&value](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M v = value.to<M>();
     return [v](M s, M a, M b) -> M { return s + v * (a / b); };
-  });
+  };
+}
+
+}  // namespace
+
+at::Tensor k_addcmul(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
+                     const at::Scalar& value) {
+  const char* op = "addcmul";
+  const auto compute = addcmul_compute(op, self, tensor1, tensor2, value);
+  return ternary_kernel<kAllNoBool>(op, self, tensor1, tensor2, compute, addcmul_body(value));
+}
+
+bool k_addcmul_(at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
+                const at::Scalar& value) {
+  const char* op = "addcmul_";
+  const auto compute = addcmul_compute(op, self, tensor1, tensor2, value);
+  return ternary_inplace<kAllNoBool>(op, self, tensor1, tensor2, compute, addcmul_body(value));
+}
+
+at::Tensor k_addcdiv(const at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
+                     const at::Scalar& value) {
+  const char* op = "addcdiv";
+  const auto compute = addcdiv_compute(op, self, tensor1, tensor2);
+  return ternary_kernel<kFloating>(op, self, tensor1, tensor2, compute, addcdiv_body(value));
+}
+
+bool k_addcdiv_(at::Tensor& self, const at::Tensor& tensor1, const at::Tensor& tensor2,
+                const at::Scalar& value) {
+  const char* op = "addcdiv_";
+  const auto compute = addcdiv_compute(op, self, tensor1, tensor2);
+  return ternary_inplace<kFloating>(op, self, tensor1, tensor2, compute, addcdiv_body(value));
 }
 
 namespace {
@@ -79,14 +117,26 @@ void check_lerp_dtypes(const char* op, const at::Tensor& self, const at::Tensor&
 }
 }  // namespace
 
-at::Tensor k_lerp_Scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight) {
-  const char* op = "lerp.Scalar";
-  check_lerp_dtypes(op, self, end);
-  return binary_kernel<kFloating>(op, self, end, self.scalar_type(), [&weight](auto tag) {
+namespace {
+auto lerp_scalar_body(const at::Scalar& weight) {
+  return [&weight](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     const M w = weight.to<M>();
     return [w](M s, M e) -> M { return lerp_value<M>(s, e, w); };
-  });
+  };
+}
+}  // namespace
+
+at::Tensor k_lerp_Scalar(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight) {
+  const char* op = "lerp.Scalar";
+  check_lerp_dtypes(op, self, end);
+  return binary_kernel<kFloating>(op, self, end, self.scalar_type(), lerp_scalar_body(weight));
+}
+
+bool k_lerp__Scalar(at::Tensor& self, const at::Tensor& end, const at::Scalar& weight) {
+  const char* op = "lerp_.Scalar";
+  check_lerp_dtypes(op, self, end);
+  return binary_inplace<kFloating>(op, self, end, self.scalar_type(), lerp_scalar_body(weight));
 }
 
 at::Tensor k_lerp_Tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {

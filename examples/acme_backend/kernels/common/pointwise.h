@@ -15,6 +15,7 @@
 
 #include <c10/core/DefaultDtype.h>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
 #include "alloc.h"
@@ -141,6 +142,107 @@ inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::
     });
   });
   return e.out;
+}
+
+// ---- in-place drivers ------------------------------------------------------------
+// For the optional in-place kernels (`bool k_mul__Tensor(...)`, see
+// docs/architecture.md): write `self` directly and return true when the call is
+// plain, else return false and the generated wrapper computes with the functional
+// kernel and copies. Plain: `self` has the compute dtype and is contiguous, every
+// other input has self's dtype, shape, layout and device, and none overlaps `self`
+// partly (the very same memory is fine: element i is read before it is written).
+// So the result dtype and shape are self's, as the wrapper's copy would require.
+inline bool inplace_plain(at::ScalarType compute, const at::Tensor& self,
+                          std::initializer_list<const at::Tensor*> others) {
+  if (self.scalar_type() != compute || !self.is_contiguous()) return false;
+  for (const at::Tensor* t : others) {
+    if (t->scalar_type() != compute || !t->is_contiguous() || t->sizes() != self.sizes() ||
+        t->device() != self.device())
+      return false;
+    const at::MemOverlapStatus overlap = at::get_overlap_status(self, *t);
+    if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) return false;
+  }
+  return true;
+}
+
+template <unsigned Set, class Factory>
+inline bool unary_inplace(const char* op, at::Tensor& self, at::ScalarType compute,
+                          Factory factory) {
+  if (!inplace_plain(compute, self, {})) return false;
+  dispatch<Set>(op, self.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    T* s = static_cast<T*>(self.data_ptr());
+    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        auto r = f(static_cast<M>(s[i]));
+        s[i] = cvt<T, decltype(r)>(r);
+      }
+    });
+  });
+  return true;
+}
+
+template <unsigned Set, class Factory>
+inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& other,
+                           at::ScalarType compute, Factory factory) {
+  if (is_cpu_scalar(other)) {
+    // x.mul_(0.9) from Python: a wrapped number. Converted to the compute dtype as
+    // the functional kernel's prepare() converts it, so both paths agree bit for bit.
+    if (!inplace_plain(compute, self, {})) return false;
+    const at::Tensor value = cast(op, other, compute);
+    dispatch<Set>(op, self.device(), compute, [&](auto tag) {
+      using T = ACME_T(tag);
+      using M = opmath_t<T>;
+      auto f = factory(tag);
+      T* s = static_cast<T*>(self.data_ptr());
+      const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
+      parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          auto r = f(static_cast<M>(s[i]), y);
+          s[i] = cvt<T, decltype(r)>(r);
+        }
+      });
+    });
+    return true;
+  }
+  if (!inplace_plain(compute, self, {&other})) return false;
+  dispatch<Set>(op, self.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    T* s = static_cast<T*>(self.data_ptr());
+    const T* y = static_cast<const T*>(other.data_ptr());
+    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        auto r = f(static_cast<M>(s[i]), static_cast<M>(y[i]));
+        s[i] = cvt<T, decltype(r)>(r);
+      }
+    });
+  });
+  return true;
+}
+
+template <unsigned Set, class Factory>
+inline bool ternary_inplace(const char* op, at::Tensor& self, const at::Tensor& b,
+                            const at::Tensor& c, at::ScalarType compute, Factory factory) {
+  if (!inplace_plain(compute, self, {&b, &c})) return false;
+  dispatch<Set>(op, self.device(), compute, [&](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    T* s = static_cast<T*>(self.data_ptr());
+    const T* y = static_cast<const T*>(b.data_ptr());
+    const T* z = static_cast<const T*>(c.data_ptr());
+    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        auto r = f(static_cast<M>(s[i]), static_cast<M>(y[i]), static_cast<M>(z[i]));
+        s[i] = cvt<T, decltype(r)>(r);
+      }
+    });
+  });
+  return true;
 }
 
 }  // namespace acme::common
