@@ -93,6 +93,30 @@ inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::Scala
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
                                 at::ScalarType compute, Factory factory) {
+  if (is_cpu_scalar(b) && all_plain(compute, {&a})) {
+    // x * 1.5 from Python: a wrapped number, converted as prepare() converts it.
+    at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
+    const at::Tensor value = cast(op, b, compute);
+    dispatch<Set>(op, a.device(), compute, [&](auto tag) {
+      using T = ACME_T(tag);
+      using M = opmath_t<T>;
+      using O = out_t<OutT, T>;
+      auto f = factory(tag);
+      const T* x = static_cast<const T*>(a.data_ptr());
+      O* o = static_cast<O*>(out.data_ptr());
+      const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
+      parallel_for(a.numel(), kGrainCheap, [&, y](int64_t begin, int64_t end) {
+        const T* __restrict cx = x + begin;
+        O* __restrict co = o + begin;
+        const int64_t n = end - begin;
+        for (int64_t i = 0; i < n; ++i) {
+          auto r = f(static_cast<M>(cx[i]), y);
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      });
+    });
+    return out;
+  }
   if (all_plain(compute, {&a, &b})) {
     at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
     dispatch<Set>(op, a.device(), compute, [&](auto tag) {
@@ -198,7 +222,8 @@ inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& o
       auto f = factory(tag);
       T* s = static_cast<T*>(self.data_ptr());
       const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
-      parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      parallel_for(self.numel(), kGrainCheap, [&, y](int64_t begin, int64_t end) {
+        // y by value: a captured reference could alias s[i] and stop vectorization
         for (int64_t i = begin; i < end; ++i) {
           auto r = f(static_cast<M>(s[i]), y);
           s[i] = cvt<T, decltype(r)>(r);
