@@ -16,6 +16,14 @@ def with_compile(tmp_path, text):
     return path
 
 
+def compile_error(tmp_path, text):
+    """The SpecErrors text for the fixture plus `text`, and where `text` starts (path:line)."""
+    path = with_compile(tmp_path, text)
+    with pytest.raises(SpecErrors) as info:
+        load_device(path)
+    return str(info.value), f"{path}:{len(FIXTURE.read_text().splitlines()) + 1}"
+
+
 def test_default_is_none():
     d = load_device(FIXTURE)
     assert d.compile == CompileConfig("none", None, False, False)
@@ -31,18 +39,13 @@ def test_cpp_and_triton(tmp_path):
 
 
 def test_bad_codegen_names_line_and_field(tmp_path):
-    path = with_compile(tmp_path, "compile: {codegen: cuda}\n")
-    with pytest.raises(SpecErrors) as info:
-        load_device(path)
-    text = str(info.value)
-    line = len(FIXTURE.read_text().splitlines()) + 1
-    assert f"{path}:{line}: compile.codegen" in text and "cpp, triton or none" in text, text
+    text, where = compile_error(tmp_path, "compile: {codegen: cuda}\n")
+    assert f"{where}: compile.codegen" in text and "cpp, triton or none" in text, text
 
 
 def test_triton_option_refused_for_cpp(tmp_path):
-    with pytest.raises(SpecErrors) as info:
-        load_device(with_compile(tmp_path, "compile: {codegen: cpp, autotune: true}\n"))
-    assert "compile.autotune" in str(info.value) and "codegen triton only" in str(info.value)
+    text, _ = compile_error(tmp_path, "compile: {codegen: cpp, autotune: true}\n")
+    assert "compile.autotune" in text and "codegen triton only" in text
 
 
 def test_channels_last_for_cpp_and_triton(tmp_path):
@@ -51,15 +54,10 @@ def test_channels_last_for_cpp_and_triton(tmp_path):
 
 
 def test_channels_last_refused_without_codegen(tmp_path):
-    path = with_compile(tmp_path, "compile: {codegen: none, channels_last: true}\n")
-    with pytest.raises(SpecErrors) as info:
-        load_device(path)
-    text = str(info.value)
-    line = len(FIXTURE.read_text().splitlines()) + 1
-    assert f"{path}:{line}: compile.channels_last" in text and "not none" in text, text
+    text, where = compile_error(tmp_path, "compile: {codegen: none, channels_last: true}\n")
+    assert f"{where}: compile.channels_last" in text and "not none" in text, text
 
 
 def test_channels_last_must_be_boolean(tmp_path):
-    with pytest.raises(SpecErrors) as info:
-        load_device(with_compile(tmp_path, "compile: {codegen: cpp, channels_last: yes please}\n"))
-    assert "compile.channels_last" in str(info.value) and "true or false" in str(info.value)
+    text, _ = compile_error(tmp_path, "compile: {codegen: cpp, channels_last: yes please}\n")
+    assert "compile.channels_last" in text and "true or false" in text

@@ -322,7 +322,6 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     ]
     wrappers: list[Wrapper] = []
     skipped: list[str] = []
-    inplace_sigs: list[signatures.KernelSignature] = []   # the vendor's optional in-place kernels
     for spec in aten_ops:
         if scan.status(kernel_name(spec)) != "native":
             continue
@@ -345,8 +344,6 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
                 wrappers.append(wrapper)
-                if inplace_kernel is not None:
-                    inplace_sigs.append(inplace_kernel)
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
     # Device-only ops (no CPU kernel) the backend does not implement: the glue
     # registers their CPU reference or composite, or an error saying they must be native.
@@ -393,7 +390,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     }
     custom_schemas = [spec.schema for spec in custom_ops]
     extra = {
-        "kernels.h": {"kernels": kernel_sigs, "inplace_kernels": inplace_sigs},
+        "kernels.h": {"kernels": kernel_sigs,
+                      "inplace_kernels": [w.inplace_kernel for w in wrappers if w.inplace_kernel]},
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
