@@ -55,6 +55,20 @@ inline bool all_plain(at::ScalarType compute, std::initializer_list<const at::Te
   return true;
 }
 
+// A binary op's factory with its second operand fixed to a wrapped number: a unary
+// factory. `value` is the CPU 0-dim tensor already cast to the compute dtype (as
+// prepare() casts it), so this path and the iterator's agree bit for bit.
+template <class Factory>
+inline auto bind_second(Factory factory, const at::Tensor& value) {
+  return [factory, &value](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
+    return [f, y](M x) { return f(x, y); };
+  };
+}
+
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::ScalarType compute,
                                Factory factory) {
@@ -93,29 +107,10 @@ inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::Scala
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
                                 at::ScalarType compute, Factory factory) {
-  if (is_cpu_scalar(b) && all_plain(compute, {&a})) {
-    // x * 1.5 from Python: a wrapped number, converted as prepare() converts it.
-    at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
+  if (is_cpu_scalar(b)) {
+    // x * 1.5 from Python: a wrapped number; a unary loop instead of the iterator.
     const at::Tensor value = cast(op, b, compute);
-    dispatch<Set>(op, a.device(), compute, [&](auto tag) {
-      using T = ACME_T(tag);
-      using M = opmath_t<T>;
-      using O = out_t<OutT, T>;
-      auto f = factory(tag);
-      const T* x = static_cast<const T*>(a.data_ptr());
-      O* o = static_cast<O*>(out.data_ptr());
-      const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
-      parallel_for(a.numel(), kGrainCheap, [&, y](int64_t begin, int64_t end) {
-        const T* __restrict cx = x + begin;
-        O* __restrict co = o + begin;
-        const int64_t n = end - begin;
-        for (int64_t i = 0; i < n; ++i) {
-          auto r = f(static_cast<M>(cx[i]), y);
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      });
-    });
-    return out;
+    return unary_kernel<Set, OutT>(op, a, compute, bind_second(factory, value));
   }
   if (all_plain(compute, {&a, &b})) {
     at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
@@ -199,8 +194,9 @@ inline bool unary_inplace(const char* op, at::Tensor& self, at::ScalarType compu
     auto f = factory(tag);
     T* s = static_cast<T*>(self.data_ptr());
     parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      const auto g = f;  // a local copy: stores to s[i] cannot alias its constants
       for (int64_t i = begin; i < end; ++i) {
-        auto r = f(static_cast<M>(s[i]));
+        auto r = g(static_cast<M>(s[i]));
         s[i] = cvt<T, decltype(r)>(r);
       }
     });
@@ -212,25 +208,10 @@ template <unsigned Set, class Factory>
 inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& other,
                            at::ScalarType compute, Factory factory) {
   if (is_cpu_scalar(other)) {
-    // x.mul_(0.9) from Python: a wrapped number. Converted to the compute dtype as
-    // the functional kernel's prepare() converts it, so both paths agree bit for bit.
+    // x.mul_(0.9) from Python: a wrapped number, bound as the functional kernel binds it.
     if (!inplace_plain(compute, self, {})) return false;
     const at::Tensor value = cast(op, other, compute);
-    dispatch<Set>(op, self.device(), compute, [&](auto tag) {
-      using T = ACME_T(tag);
-      using M = opmath_t<T>;
-      auto f = factory(tag);
-      T* s = static_cast<T*>(self.data_ptr());
-      const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
-      parallel_for(self.numel(), kGrainCheap, [&, y](int64_t begin, int64_t end) {
-        // y by value: a captured reference could alias s[i] and stop vectorization
-        for (int64_t i = begin; i < end; ++i) {
-          auto r = f(static_cast<M>(s[i]), y);
-          s[i] = cvt<T, decltype(r)>(r);
-        }
-      });
-    });
-    return true;
+    return unary_inplace<Set>(op, self, compute, bind_second(factory, value));
   }
   if (!inplace_plain(compute, self, {&other})) return false;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
@@ -240,8 +221,9 @@ inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& o
     T* s = static_cast<T*>(self.data_ptr());
     const T* y = static_cast<const T*>(other.data_ptr());
     parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      const auto g = f;
       for (int64_t i = begin; i < end; ++i) {
-        auto r = f(static_cast<M>(s[i]), static_cast<M>(y[i]));
+        auto r = g(static_cast<M>(s[i]), static_cast<M>(y[i]));
         s[i] = cvt<T, decltype(r)>(r);
       }
     });
@@ -261,8 +243,9 @@ inline bool ternary_inplace(const char* op, at::Tensor& self, const at::Tensor& 
     const T* y = static_cast<const T*>(b.data_ptr());
     const T* z = static_cast<const T*>(c.data_ptr());
     parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
+      const auto g = f;
       for (int64_t i = begin; i < end; ++i) {
-        auto r = f(static_cast<M>(s[i]), static_cast<M>(y[i]), static_cast<M>(z[i]));
+        auto r = g(static_cast<M>(s[i]), static_cast<M>(y[i]), static_cast<M>(z[i]));
         s[i] = cvt<T, decltype(r)>(r);
       }
     });
