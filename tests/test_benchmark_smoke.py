@@ -43,8 +43,8 @@ def test_compile_benchmark_quick_run(tmp_path):
     pytest.importorskip("torch_fl_acme")
     out = tmp_path / "compile.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick",
-                           "--only", "pointwise", "--json", str(out)], capture_output=True, text=True,
-                          timeout=1200)
+                           "--only", "pointwise chain, arithmetic", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["speedup"] > 0 and row["compiled_vs_cpu"] > 0

@@ -29,7 +29,7 @@ def test_default_is_none():
     assert d.compile == CompileConfig("none", None, False, False)
     assert d.as_dict()["compile"] == {"codegen": "none", "triton_backend": None,
                                       "cudagraphs": False, "autotune": False,
-                                      "channels_last": False}
+                                      "channels_last": False, "sleef_u35": []}
 
 
 def test_cpp_and_triton(tmp_path):
@@ -61,3 +61,19 @@ def test_channels_last_refused_without_codegen(tmp_path):
 def test_channels_last_must_be_boolean(tmp_path):
     text, _ = compile_error(tmp_path, "compile: {codegen: cpp, channels_last: yes please}\n")
     assert "compile.channels_last" in text and "true or false" in text
+
+
+def test_sleef_u35_for_cpp(tmp_path):
+    d = load_device(with_compile(tmp_path, "compile: {codegen: cpp, sleef_u35: [tanh, log]}\n"))
+    assert d.compile.sleef_u35 == ("tanh", "log")
+    assert d.as_dict()["compile"]["sleef_u35"] == ["tanh", "log"]
+
+
+def test_sleef_u35_refused_without_cpp_codegen(tmp_path):
+    text, where = compile_error(tmp_path, "compile: {codegen: triton, sleef_u35: [tanh]}\n")
+    assert f"{where}: compile.sleef_u35" in text and "codegen cpp only" in text, text
+
+
+def test_sleef_u35_names_a_function_sleef_has(tmp_path):
+    text, where = compile_error(tmp_path, "compile: {codegen: cpp, sleef_u35: [tanh, erf]}\n")
+    assert f"{where}: compile.sleef_u35" in text and "one of sin, cos" in text, text

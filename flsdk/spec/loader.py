@@ -332,6 +332,10 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         errors.add(doc.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp "
                              "or triton, not none (nothing is compiled)",
                              "remove it, or set codegen: cpp or triton"))
+    if compile_section["codegen"] != "cpp" and "sleef_u35" in compile_section:
+        errors.add(doc.error(("compile", "sleef_u35"), "`sleef_u35` applies to codegen cpp only "
+                             f"(Inductor's C++ kernels), not {compile_section['codegen']}",
+                             "remove it, or set codegen: cpp"))
 
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
@@ -380,6 +384,7 @@ def _compile_config(section: dict, name: str) -> CompileConfig:
         cudagraphs=bool(section.get("cudagraphs", False)),
         autotune=bool(section.get("autotune", False)),
         channels_last=bool(section.get("channels_last", False)),
+        sleef_u35=tuple(section.get("sleef_u35", ())),
     )
 
 

@@ -84,6 +84,7 @@ class CompileConfig:
     cudagraphs: bool             # triton: may Inductor capture device graphs (default False)
     autotune: bool               # triton: may Inductor autotune kernels (default False)
     channels_last: bool = False  # may Inductor convert conv graphs to NHWC (default False)
+    sleef_u35: tuple[str, ...] = ()  # cpp: float32 functions fused kernels compute with Sleef's 3.5-ULP versions
 
 
 @dataclass(frozen=True)

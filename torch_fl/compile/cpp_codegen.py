@@ -10,7 +10,8 @@ as on CPU. What the device adds over CPU is small and lives here:
   knows only cpu and mps) and allocates buffers on the device *with* its index;
   with `workarounds.py` it also enters a device guard around the graph, so
   extern and custom ops see the graph's device as current (trap c);
-* the scheduling: CppScheduling with the 2.13 fixes of `workarounds.py`.
+* the scheduling: CppScheduling with the 2.13 fixes of `workarounds.py`, and
+  the device's vector math (`vector_math.py`: device.yaml `compile.sleef_u35`).
 
 Matmuls, convolutions and other extern kernels stay the backend's own
 kernels: Inductor calls the aten ops, which dispatch to the device.
@@ -21,8 +22,9 @@ from __future__ import annotations
 from textwrap import dedent
 
 
-def make_classes(name: str):
-    """(DeviceOpOverrides instance, wrapper class, scheduling class) for device `name`."""
+def make_classes(name: str, sleef_u35=()):
+    """(DeviceOpOverrides instance, wrapper class, scheduling class) for device `name`;
+    its fused kernels compute the float32 functions `sleef_u35` with Sleef's 3.5-ULP versions."""
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.ir import ExternKernel
@@ -30,6 +32,7 @@ def make_classes(name: str):
 
     from .. import graph as graph_api
     from .registration import device_op_overrides_base
+    from .vector_math import kernel_proxy_class
 
     class OpOverrides(device_op_overrides_base(name)):
         def import_get_raw_stream_as(self, alias: str) -> str:
@@ -90,6 +93,8 @@ def make_classes(name: str):
         """CppScheduling for `name`; fuses as on CPU unless torch_fl's op fusion is off,
         and reports each kernel to torch_fl.graph."""
 
+        kernel_proxy_cls = kernel_proxy_class(name, sleef_u35)
+
         def can_fuse_vertical(self, node1, node2) -> bool:
             return graph_api.op_fusion_enabled() and super().can_fuse_vertical(node1, node2)
 
@@ -134,7 +139,7 @@ def register(name: str, config: dict, key: str) -> dict:
     from . import workarounds
     from .registration import register_with_inductor
 
-    overrides, wrapper, scheduling = make_classes(name)
+    overrides, wrapper, scheduling = make_classes(name, config.get("sleef_u35", ()))
     hooks = register_with_inductor(
         name, key, scheduling=scheduling, wrapper=wrapper, op_overrides=overrides,
         no_cpp_wrapper_why="Inductor's C++ wrapper needs a per-device C shim "

@@ -43,6 +43,26 @@ def test_pointwise_chain_fuses_into_one_kernel():
     assert any("gelu" in op or "erf" in op for op in graph.kernels[0].ops), graph.summary()
 
 
+def test_fused_kernels_use_acmes_vector_math():
+    """device.yaml compile.sleef_u35: fused tanh and log are Sleef's 3.5-ULP
+    functions, the ones acme's eager kernels use, so compiled equals eager exactly."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x):
+        return x.tanh() * 2 + x.abs().log()
+
+    x = torch.randn(1000, device="acme")  # 1000: a partial vector at the end too
+    y, (code,) = run_and_get_code(torch.compile(f), x)
+    isa = pick_vec_isa()
+    if not isa or isa.bit_width() not in (256, 512):
+        pytest.skip(f"Sleef's vector functions are used on AVX2 / AVX-512 only, not {isa}")
+    lanes = isa.nelements(torch.float32)
+    assert f"Sleef_tanhf{lanes}_u35(" in code and f"Sleef_logf{lanes}_u35(" in code, code
+    assert ".tanh()" not in code and ".log()" not in code
+    assert torch.equal(y.cpu(), f(x).cpu())
+
+
 def test_graph_api_fusion_off_compiles_one_kernel_per_op():
     def chain(x):
         return ((x * 2 + 1).relu() - 3).abs()
@@ -170,8 +190,8 @@ def test_views_random_and_bf16():
     assert set(torch.unique((y - y.frac())).tolist()) <= {0.0, 2.0}  # dropout kept x2 or dropped
     assert 0.4 < (y >= 2).float().mean() < 0.6 and 0.45 < y.frac().mean() < 0.55
 
-    def gelu(x):
-        return torch.nn.functional.gelu(x) * x
+    def gelu(x):  # bf16 kernels compute in two float vectors: Inductor's own tanh
+        return torch.nn.functional.gelu(x) * x.tanh()
 
     xb = torch.randn(64, 64, device="acme", dtype=torch.bfloat16)
     yb = torch.compile(gelu)(xb)
