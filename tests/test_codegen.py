@@ -178,6 +178,31 @@ def test_inplace_kernel_is_optional_and_tried_first(backend):
     assert "k_add__Tensor" not in out[:out.index("\n}\n")]
 
 
+OUT_ADD = ("bool k_add_out(const at::Tensor & self, const at::Tensor & other, "
+           "const at::Scalar & alpha, at::Tensor & out) {\n  return false;\n}\n")
+
+
+def test_out_kernel_is_optional_and_tried_first(backend):
+    generate(backend)
+    kernel = backend / "kernels" / "add_Tensor.cpp"
+    kernel.write_text(ADD_KERNELS + OUT_ADD + "}\n")
+    result = generate(backend)
+    assert not any(o.startswith("k_add_out") for o in result.orphan_kernels), result.orphan_kernels
+    decl = ("bool k_add_out(const at::Tensor & self, const at::Tensor & other, "
+            "const at::Scalar & alpha, at::Tensor & out);")
+    assert decl in (backend / "generated" / "kernels.h").read_text()
+    registration = _registration(backend)
+    assert decl in registration
+    out = registration[registration.index("wrapper_add_out("):]
+    out = out[:out.index("\n}\n")]
+    # tried first, inside the kernel scope; the declined calls compute, resize and copy
+    assert out.index("KernelScope scope;") < out.index(
+        "if (kernels::k_add_out(self, other, alpha, out)) return out;") < out.index(
+        "auto result = kernels::k_add_Tensor(self, other, alpha);") < out.index("out.copy_(result);")
+    inplace = registration[registration.index("wrapper_add__Tensor("):]
+    assert "k_add_out" not in inplace[:inplace.index("\n}\n")]
+
+
 def test_removed_op_kernel_is_reported_not_deleted(backend):
     generate(backend)
     kernel = backend / "kernels" / "relu.cpp"

@@ -87,7 +87,7 @@ class Wrapper:
     checks: list[str]
     body: list[str]
     kernel: signatures.KernelSignature  # the vendor kernel it calls
-    inplace_kernel: signatures.KernelSignature | None = None  # tried first (in-place wrappers)
+    variant_kernel: signatures.KernelSignature | None = None  # the vendor's in-place/out kernel, tried first
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -225,11 +225,11 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
     )
 
 
-def inplace_kernel_signature(f_variant: NativeFunction) -> signatures.KernelSignature:
-    """The optional in-place kernel of an in-place overload (`k_mul__Tensor`): the
-    op's own C++ signature, but it returns whether it wrote `self` itself. It may
-    decline (false) any call it has no fast path for; the wrapper then computes with
-    the functional kernel and copies, as without it."""
+def variant_kernel_signature(f_variant: NativeFunction) -> signatures.KernelSignature:
+    """The optional kernel of an in-place or out= overload (`k_mul__Tensor`,
+    `k_mm_out`): the overload's own C++ signature, but it returns whether it wrote
+    `self` / `out` itself. It may decline (false) any call it has no fast path for;
+    the wrapper then computes with the functional kernel and copies, as without it."""
     sig = signatures.kernel_signature(f_variant)
     assert sig.decl.startswith(sig.returns) and sig.defn.startswith(sig.returns), sig.decl
     return dataclasses.replace(sig, decl="bool" + sig.decl[len(sig.returns):],
@@ -238,9 +238,9 @@ def inplace_kernel_signature(f_variant: NativeFunction) -> signatures.KernelSign
 
 def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeFunction, spec: OpSpec,
                      op_dtypes, sig: signatures.KernelSignature,
-                     inplace_kernel: signatures.KernelSignature | None = None) -> Wrapper | None:
+                     variant_kernel: signatures.KernelSignature | None = None) -> Wrapper | None:
     """In-place / out= wrapper computing with the functional kernel, then copying.
-    An in-place wrapper whose op has an in-place kernel (`inplace_kernel`) tries it first."""
+    When the backend wrote the overload's own kernel (`variant_kernel`), it is tried first."""
     kernel = signatures.kernel_name(str(f_functional.func.name))
     name = "wrapper_" + signatures.kernel_name(str(f_variant.func.name))[2:]
     args = _use_moved_indices(f_variant.func, signatures.call_args(f_variant, f_functional))
@@ -249,10 +249,16 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         return None  # only single-tensor results can be copied into self/out
     if kind == "inplace":
         target = f_variant.func.arguments.self_arg.argument.name
-        direct = []
-        if inplace_kernel is not None:
-            direct = [f"if (kernels::{inplace_kernel.kernel}("
-                      f"{_use_moved_indices(f_variant.func, inplace_kernel.call_args)})) return {target};"]
+    else:
+        outs = f_variant.func.arguments.out
+        if len(outs) != 1:
+            return None
+        target = outs[0].name
+    direct = []
+    if variant_kernel is not None:
+        direct = [f"if (kernels::{variant_kernel.kernel}("
+                  f"{_use_moved_indices(f_variant.func, variant_kernel.call_args)})) return {target};"]
+    if kind == "inplace":
         body = direct + [
             f"auto result = kernels::{kernel}({args});",
             f'check_inplace({target}, result, "{f_variant.func.name}");',
@@ -260,11 +266,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
             f"return {target};",
         ]
     else:
-        outs = f_variant.func.arguments.out
-        if len(outs) != 1:
-            return None
-        target = outs[0].name
-        body = [
+        body = direct + [
             f"auto result = kernels::{kernel}({args});",
             f'resize_out({target}, result, "{f_variant.func.name}");',
             f"{target}.copy_(result);",
@@ -278,7 +280,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
         checks=_device_checks(f_variant.func) + route, body=body, kernel=sig,
-        inplace_kernel=inplace_kernel,
+        variant_kernel=variant_kernel,
     )
 
 
@@ -286,11 +288,11 @@ def kernel_name(spec: OpSpec) -> str:
     return signatures.kernel_name(spec.name)
 
 
-def inplace_kernel_names(backend: Backend) -> set[str]:
-    """The in-place kernels the backend may write (`k_mul__Tensor` for mul_.Tensor):
-    one per spec whose variants include inplace."""
-    return {signatures.kernel_name(spec.variant_ops["inplace"]) for spec in backend.ops
-            if not spec.is_custom and "inplace" in spec.variants and spec.variant_ops.get("inplace")}
+def variant_kernel_names(backend: Backend) -> set[str]:
+    """The in-place and out= kernels the backend may write (`k_mul__Tensor` for
+    mul_.Tensor, `k_mm_out` for mm.out): one per variant a spec lists."""
+    return {signatures.kernel_name(spec.variant_ops[kind]) for spec in backend.ops if not spec.is_custom
+            for kind in spec.variants if spec.variant_ops.get(kind)}
 
 
 @dataclass
@@ -335,11 +337,11 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             if variant in GLUE_OPS:
                 skipped.append(f"{variant}: the generated glue implements it")
                 continue
-            inplace_kernel = None
-            if variant and kind == "inplace" and scan.status(signatures.kernel_name(variant)) == "native":
-                inplace_kernel = inplace_kernel_signature(functions[variant])
+            variant_kernel = None
+            if variant and scan.status(signatures.kernel_name(variant)) == "native":
+                variant_kernel = variant_kernel_signature(functions[variant])
             wrapper = (_variant_wrapper(kind, functions[variant], f, spec, backend.dtypes_for(spec),
-                                        aten_sigs[spec.op], inplace_kernel) if variant else None)
+                                        aten_sigs[spec.op], variant_kernel) if variant else None)
             if wrapper is None:
                 skipped.append(f"{spec.op} {kind} variant: only single-tensor results can be derived")
             else:
@@ -391,7 +393,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     custom_schemas = [spec.schema for spec in custom_ops]
     extra = {
         "kernels.h": {"kernels": kernel_sigs,
-                      "inplace_kernels": [w.inplace_kernel for w in wrappers if w.inplace_kernel]},
+                      "variant_kernels": [w.variant_kernel for w in wrappers if w.variant_kernel]},
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
     }
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
@@ -401,7 +403,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     for shard in range(shards):
         mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
         mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
-        called = [k for w in mine + mine_custom for k in (w.kernel, w.inplace_kernel) if k is not None]
+        called = [k for w in mine + mine_custom for k in (w.kernel, w.variant_kernel) if k is not None]
         kernels = list({k.kernel: k for k in called}.values())
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
                               {"shard": shard, "shards": shards, "wrappers": mine,

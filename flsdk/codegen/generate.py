@@ -19,7 +19,7 @@ from flsdk.spec import load_backend
 from flsdk.spec.model import Backend
 
 from . import signatures
-from .context import build_context, inplace_kernel_names, kernel_name, stub_values
+from .context import build_context, variant_kernel_names, kernel_name, stub_values
 from .kernel_scan import scan_kernels
 from .writer import GeneratedWriter, WriteReport, atomic_write, with_header
 
@@ -111,7 +111,7 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
                 atomic_write(root / rel, stub)
     if result.stubs_created and not (dry_run or check):
         scan = scan_kernels(root)
-    wanted = {kernel_name(spec) for spec in backend.ops} | inplace_kernel_names(backend)
+    wanted = {kernel_name(spec) for spec in backend.ops} | variant_kernel_names(backend)
     result.orphan_kernels = sorted(
         f"{name} ({path})" for name, path in {**scan.stubs, **scan.native}.items() if name not in wanted
     )

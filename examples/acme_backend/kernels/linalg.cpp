@@ -1,9 +1,10 @@
-// acme linear-algebra kernels: mm, bmm, addmm, baddbmm, addbmm, addr, dot,
-// vdot, mv, addmv, _addmm_activation, linalg_cross.
+// acme linear-algebra kernels: mm, bmm, addmm (with their out= kernels), baddbmm,
+// addbmm, addr, dot, vdot, mv, addmv, _addmm_activation, linalg_cross.
 // All products go through acme's GEMM (gemm.h -> vendor BLAS). float32 and
 // float64 operands are handed to BLAS in place, strides and transposition
 // included; float16/bfloat16 operands are widened to float32, multiplied, and
 // rounded once into the output.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
@@ -13,6 +14,7 @@
 #include "nn_buffers.h"
 
 #include <cmath>
+#include <vector>
 
 namespace acme::kernels {
 namespace {
@@ -58,15 +60,19 @@ void check_float_operand(const char* op, const at::Tensor& ref, const at::Tensor
                cm::dtype_name(ref.scalar_type()), ")");
 }
 
+std::vector<int64_t> matmul_shape(const at::Tensor& a, const at::Tensor& m2) {
+  if (a.dim() == 3) return {a.size(0), a.size(-2), m2.size(-1)};
+  return {a.size(-2), m2.size(-1)};
+}
+
 // out[b] = alpha * a[b] @ m2[b] + beta * bias (broadcast); bias may be undefined.
-at::Tensor matmul_impl(const char* op, const at::Tensor& a, const at::Tensor& m2,
-                       const at::Tensor* bias, double beta, double alpha) {
-  const bool batched = a.dim() == 3;
-  const int64_t B = batched ? a.size(0) : 1;
+// `out` has matmul_shape(a, m2), a's device, and is contiguous.
+void matmul_into(const char* op, const at::Tensor& a, const at::Tensor& m2,
+                 const at::Tensor* bias, double beta, double alpha, const at::Tensor& out) {
+  const int64_t B = a.dim() == 3 ? a.size(0) : 1;
   const int64_t m = a.size(-2), n = m2.size(-1);
-  std::vector<int64_t> shape = batched ? std::vector<int64_t>{B, m, n} : std::vector<int64_t>{m, n};
-  at::Tensor out = at::empty(shape, a.options());
-  if (out.numel() == 0) return out;
+  const std::vector<int64_t> shape = matmul_shape(a, m2);
+  if (out.numel() == 0) return;
   nn::dispatch_compute(op, a, [&](auto tag) {
     using Acc = ACME_T(tag);
     MatSource<Acc> sa(op, a), sb(op, m2);
@@ -80,7 +86,29 @@ at::Tensor matmul_impl(const char* op, const at::Tensor& a, const at::Tensor& m2
     }
     ob.finish(op);
   });
+}
+
+at::Tensor matmul_impl(const char* op, const at::Tensor& a, const at::Tensor& m2,
+                       const at::Tensor* bias, double beta, double alpha) {
+  at::Tensor out = at::empty(matmul_shape(a, m2), a.options());
+  matmul_into(op, a, m2, bias, beta, alpha, out);
   return out;
+}
+
+// The out= kernels write straight into `out` (Inductor's graphs call mm, addmm
+// and bmm with out=, into buffers it planned) when it is exactly what the
+// functional kernel would allocate: the result's shape, the operands' dtype,
+// contiguous, and sharing no memory with an operand. Anything else declines, and
+// the generated wrapper computes, resizes and copies.
+bool writes_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& m2,
+                 const at::Tensor* bias) {
+  if (out.scalar_type() != a.scalar_type() || !out.is_contiguous() ||
+      out.sizes() != at::IntArrayRef(matmul_shape(a, m2)))
+    return false;
+  for (const at::Tensor* t : {&a, &m2, bias})
+    if (t != nullptr && t->defined() && at::get_overlap_status(out, *t) != at::MemOverlapStatus::No)
+      return false;
+  return true;
 }
 
 // baddbmm and addbmm: self + batch1 @ batch2 over 3-d batches; self broadcasts
@@ -100,21 +128,16 @@ void check_batched_operands(const char* op, const at::Tensor& self, const at::Te
              self.sizes());
 }
 
-}  // namespace
-
-at::Tensor k_mm(const at::Tensor& self, const at::Tensor& mat2) {
-  const char* op = "mm";
+void check_mm(const char* op, const at::Tensor& self, const at::Tensor& mat2) {
   ACME_CHECK_T(self.dim() == 2, op, self, "self must be a matrix, got ", self.dim(), "-d");
   ACME_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, mat2, "mat2");
   ACME_CHECK(self.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
              self.size(0), "x", self.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
-  return matmul_impl(op, self, mat2, nullptr, 0.0, 1.0);
 }
 
-at::Tensor k_bmm(const at::Tensor& self, const at::Tensor& mat2) {
-  const char* op = "bmm";
+void check_bmm(const char* op, const at::Tensor& self, const at::Tensor& mat2) {
   ACME_CHECK_T(self.dim() == 3, op, self, "batch1 must be a 3-d tensor, got ", self.dim(), "-d");
   ACME_CHECK_T(mat2.dim() == 3, op, mat2, "batch2 must be a 3-d tensor, got ", mat2.dim(), "-d");
   check_float_operand(op, self, self, "self");
@@ -123,12 +146,10 @@ at::Tensor k_bmm(const at::Tensor& self, const at::Tensor& mat2) {
              mat2.size(0));
   ACME_CHECK(self.size(2) == mat2.size(1), op, "shapes cannot be multiplied (", self.sizes(),
              " and ", mat2.sizes(), ")");
-  return matmul_impl(op, self, mat2, nullptr, 0.0, 1.0);
 }
 
-at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
-                   const at::Scalar& beta, const at::Scalar& alpha) {
-  const char* op = "addmm";
+void check_addmm(const char* op, const at::Tensor& self, const at::Tensor& mat1,
+                 const at::Tensor& mat2) {
   ACME_CHECK_T(mat1.dim() == 2, op, mat1, "mat1 must be a matrix, got ", mat1.dim(), "-d");
   ACME_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
   check_float_operand(op, mat1, mat1, "mat1");
@@ -137,7 +158,46 @@ at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Ten
   ACME_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
              mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
   ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
-  return matmul_impl(op, mat1, mat2, &self, beta.to<double>(), alpha.to<double>());
+}
+
+}  // namespace
+
+at::Tensor k_mm(const at::Tensor& self, const at::Tensor& mat2) {
+  check_mm("mm", self, mat2);
+  return matmul_impl("mm", self, mat2, nullptr, 0.0, 1.0);
+}
+
+bool k_mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  check_mm("mm", self, mat2);
+  if (!writes_into(out, self, mat2, nullptr)) return false;
+  matmul_into("mm", self, mat2, nullptr, 0.0, 1.0, out);
+  return true;
+}
+
+at::Tensor k_bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  check_bmm("bmm", self, mat2);
+  return matmul_impl("bmm", self, mat2, nullptr, 0.0, 1.0);
+}
+
+bool k_bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  check_bmm("bmm", self, mat2);
+  if (!writes_into(out, self, mat2, nullptr)) return false;
+  matmul_into("bmm", self, mat2, nullptr, 0.0, 1.0, out);
+  return true;
+}
+
+at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  check_addmm("addmm", self, mat1, mat2);
+  return matmul_impl("addmm", mat1, mat2, &self, beta.to<double>(), alpha.to<double>());
+}
+
+bool k_addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  check_addmm("addmm", self, mat1, mat2);
+  if (!writes_into(out, mat1, mat2, &self)) return false;
+  matmul_into("addmm", mat1, mat2, &self, beta.to<double>(), alpha.to<double>(), out);
+  return true;
 }
 
 at::Tensor k_baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
