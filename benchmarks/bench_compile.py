@@ -4,8 +4,9 @@
 
 Every ratio is measured in this run (eager and compiled, acme and CPU, one
 intra-op thread each so the comparison is per core), the four measured in turn
-round by round so a shared machine's drift does not enter the ratios. Compile time is reported separately and excluded from the step
-times (the first calls are warm-up). Nothing here fails on a timing.
+round by round so a shared machine's drift does not enter the ratios. Compile
+time is reported separately and excluded from the step times (the first calls
+are warm-up). Nothing here fails on a timing.
 Train steps compile the model (forward and, through AOTAutograd, backward);
 the optimizer step stays eager, except in the GPT row that compiles it too
 (torch.compile(opt.step), as PyTorch's tutorials do).

@@ -258,20 +258,14 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     if variant_kernel is not None:
         direct = [f"if (kernels::{variant_kernel.kernel}("
                   f"{_use_moved_indices(f_variant.func, variant_kernel.call_args)})) return {target};"]
-    if kind == "inplace":
-        body = direct + [
-            f"auto result = kernels::{kernel}({args});",
-            f'check_inplace({target}, result, "{f_variant.func.name}");',
-            f"{target}.copy_(result);",
-            f"return {target};",
-        ]
-    else:
-        body = direct + [
-            f"auto result = kernels::{kernel}({args});",
-            f'resize_out({target}, result, "{f_variant.func.name}");',
-            f"{target}.copy_(result);",
-            f"return {target};",
-        ]
+    # self must already fit the result; out is resized to it
+    fit = "check_inplace" if kind == "inplace" else "resize_out"
+    body = direct + [
+        f"auto result = kernels::{kernel}({args});",
+        f'{fit}({target}, result, "{f_variant.func.name}");',
+        f"{target}.copy_(result);",
+        f"return {target};",
+    ]
     # The functional kernel computes; the variant's self takes the op's dtype.
     tested = args_of_tested_dtype(spec, f_functional.func) | ({"self"} if kind == "inplace" else set())
     not_passed = frozenset(a.name for a in f_variant.func.arguments.out) if kind == "out" else frozenset()

@@ -55,10 +55,10 @@ def sleef_call(fn: str, x: str, *, float_lanes: int, tiling_factor: int, bit_wid
 
 
 def _sleef_u35_or(fn: str, stock):
-    def emit(x, *args, **kwargs):
-        from torch._inductor.codegen.cpp import CppCSEVariable
-        from torch._inductor.virtualized import V
+    from torch._inductor.codegen.cpp import CppCSEVariable
+    from torch._inductor.virtualized import V
 
+    def emit(x, *args, **kwargs):
         kernel = V.kernel
         if isinstance(x, CppCSEVariable) and x.is_vec and x.dtype == torch.float32 and not args:
             isa = kernel.vec_isa

@@ -98,16 +98,17 @@ at::Tensor matmul_impl(const char* op, const at::Tensor& a, const at::Tensor& m2
 // The out= kernels write straight into `out` (Inductor's graphs call mm, addmm
 // and bmm with out=, into buffers it planned) when it is exactly what the
 // functional kernel would allocate: the result's shape, the operands' dtype,
-// contiguous, and sharing no memory with an operand. Anything else declines, and
-// the generated wrapper computes, resizes and copies.
-bool writes_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& m2,
-                 const at::Tensor* bias) {
+// contiguous, and sharing no memory with an operand. Anything else declines
+// (false), and the generated wrapper computes, resizes and copies.
+bool matmul_out(const char* op, const at::Tensor& a, const at::Tensor& m2, const at::Tensor* bias,
+                double beta, double alpha, const at::Tensor& out) {
   if (out.scalar_type() != a.scalar_type() || !out.is_contiguous() ||
       out.sizes() != at::IntArrayRef(matmul_shape(a, m2)))
     return false;
   for (const at::Tensor* t : {&a, &m2, bias})
     if (t != nullptr && t->defined() && at::get_overlap_status(out, *t) != at::MemOverlapStatus::No)
       return false;
+  matmul_into(op, a, m2, bias, beta, alpha, out);
   return true;
 }
 
@@ -169,9 +170,7 @@ at::Tensor k_mm(const at::Tensor& self, const at::Tensor& mat2) {
 
 bool k_mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   check_mm("mm", self, mat2);
-  if (!writes_into(out, self, mat2, nullptr)) return false;
-  matmul_into("mm", self, mat2, nullptr, 0.0, 1.0, out);
-  return true;
+  return matmul_out("mm", self, mat2, nullptr, 0.0, 1.0, out);
 }
 
 at::Tensor k_bmm(const at::Tensor& self, const at::Tensor& mat2) {
@@ -181,9 +180,7 @@ at::Tensor k_bmm(const at::Tensor& self, const at::Tensor& mat2) {
 
 bool k_bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   check_bmm("bmm", self, mat2);
-  if (!writes_into(out, self, mat2, nullptr)) return false;
-  matmul_into("bmm", self, mat2, nullptr, 0.0, 1.0, out);
-  return true;
+  return matmul_out("bmm", self, mat2, nullptr, 0.0, 1.0, out);
 }
 
 at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
@@ -195,9 +192,7 @@ at::Tensor k_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Ten
 bool k_addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   check_addmm("addmm", self, mat1, mat2);
-  if (!writes_into(out, mat1, mat2, &self)) return false;
-  matmul_into("addmm", mat1, mat2, &self, beta.to<double>(), alpha.to<double>(), out);
-  return true;
+  return matmul_out("addmm", mat1, mat2, &self, beta.to<double>(), alpha.to<double>(), out);
 }
 
 at::Tensor k_baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
