@@ -18,6 +18,8 @@
 
 #include "vec_math.h"
 
+#include <limits>
+
 #define ACME_VEC_CAT2(a, b) a##b
 #define ACME_VEC_CAT(a, b) ACME_VEC_CAT2(a, b)
 #define ACME_VEC_NAME(base) ACME_VEC_CAT(base, ACME_VEC_SUFFIX)
@@ -93,6 +95,34 @@ inline V acos_(V x) { return x.acos(); }
 
 inline V sigmoid(V x) { return (V(1.f) + exp(x.neg())).reciprocal(); }
 
+// Inverse error function in float32 without a scalar loop: ATen's vector erfinv
+// maps a scalar rational guess plus two Newton steps (erf and exp per step) over
+// the lanes, ~25x the cost of CPU's (MKL's) vector erfinv. This is M. Giles'
+// single-precision approximation ("Approximating the erfinv function", GPU
+// Computing Gems, 2011): a polynomial in w = -log(1 - x^2), in two ranges,
+// relative error below 4e-7 (~3 ULP) over (-1, 1). Edges as torch: +-1 give
+// +-inf, |x| > 1 and NaN give NaN, -0 stays -0.
+inline V erfinv_(V x) {
+  const V one(1.f);
+  const V w = ((one - x) * (one + x)).log().neg();
+  // |x| < 0.99966 (w < 5): polynomial in w - 2.5
+  const V a = w - V(2.5f);
+  V p = V(2.81022636e-08f);
+  for (float c : {3.43273939e-07f, -3.5233877e-06f, -4.39150654e-06f, 0.00021858087f,
+                  -0.00125372503f, -0.00417768164f, 0.246640727f, 1.50140941f})
+    p = at::vec::fmadd(p, a, V(c));
+  // the tails: polynomial in sqrt(w) - 3
+  const V b = w.sqrt() - V(3.f);
+  V q = V(-0.000200214257f);
+  for (float c : {0.000100950558f, 0.00134934322f, -0.00367342844f, 0.00573950773f,
+                  -0.0076224613f, 0.00943887047f, 1.00167406f, 2.83297682f})
+    q = at::vec::fmadd(q, b, V(c));
+  V r = V::blendv(p, q, w >= V(5.f)) * x;
+  const V ax = x.abs();
+  r = V::blendv(r, V(std::numeric_limits<float>::infinity()) * x, ax == one);  // +-1: +-inf
+  return V::blendv(r, V(std::numeric_limits<float>::quiet_NaN()), ax > one);    // NaN stays NaN via log
+}
+
 inline V softplus(V x) { return exp(x).log1p(); }
 
 }  // namespace
@@ -120,7 +150,7 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::Atanh: return loop1(in, out, n, [](V x) { return x.atanh(); });
     case Unary::Erf: return loop1(in, out, n, [](V x) { return x.erf(); });
     case Unary::Erfc: return loop1(in, out, n, [](V x) { return x.erfc(); });
-    case Unary::Erfinv: return loop1(in, out, n, [](V x) { return x.erfinv(); });
+    case Unary::Erfinv: return loop1(in, out, n, [](V x) { return erfinv_(x); });
     case Unary::Lgamma: return loop1(in, out, n, [](V x) { return x.lgamma(); });
     case Unary::Sqrt: return loop1(in, out, n, [](V x) { return x.sqrt(); });
     case Unary::Rsqrt: return loop1(in, out, n, [](V x) { return x.rsqrt(); });
