@@ -197,96 +197,178 @@ void scatter_small(const ConvGeom& g, const T* buf, int64_t n0, int64_t nb, int6
                   sizeof(T) * P);
 }
 
+// The batch as blocks of images_per_gemm images (the last one may be shorter),
+// one GEMM per block and group, and how the blocks are split over the compute
+// units.
+struct ConvBlocks {
+  int64_t nb = 1;       // images per block
+  int64_t count = 1;    // blocks
+  int64_t grain = 1;    // blocks per chunk of the parallel loop
+  bool split = false;   // more than one chunk
+  bool direct = false;  // 1x1 kernel, one image per block: the image is its own column matrix
+};
+
+// Most chunks a conv's blocks are cut into: enough for a few units to balance
+// their load; each chunk holds column buffers of its own while it runs and, for
+// the weight gradient, a partial gradient until the end, so this also bounds
+// the extra memory (at most 8 weight gradients).
+constexpr int64_t kMaxConvChunks = 8;
+
+ConvBlocks conv_blocks(const ConvGeom& g) {
+  ConvBlocks b;
+  b.nb = images_per_gemm(g);
+  b.count = (g.N + b.nb - 1) / b.nb;
+  b.direct = g.pointwise() && b.nb == 1;
+  // A full block's GEMM does Og * K * nb*P multiply-adds in all three
+  // directions. From kGemmThreadedMacs on, BLAS threads it (gemm.h); below, it
+  // runs on one thread, so the units take whole blocks instead. The cut depends
+  // on the sizes only, never on the unit count: the weight gradient's summation
+  // order follows it, and its bits must not change with the units.
+  const double macs = static_cast<double>(g.Og()) * g.K() * b.nb * g.P();
+  b.split = b.count > 1 && macs < nn::kGemmThreadedMacs;
+  b.grain = b.split ? (b.count + kMaxConvChunks - 1) / kMaxConvChunks : b.count;
+  return b;
+}
+
+// BLAS's thread mode for a conv's GEMMs. When the units split the blocks, BLAS
+// gets one thread for the whole parallel loop, set here on the calling thread
+// before the loop starts: the count is process-wide, and units setting it
+// while another unit is inside BLAS would race. The GEMMs in the chunks then
+// leave it alone (kAsSet); they would have asked for 1 thread anyway.
+nn::BlasThreads blas_threads(const ConvBlocks& b) {
+  if (!b.split) return nn::BlasThreads::kBySize;
+  nn::gemm_detail::use_threads(1);
+  return nn::BlasThreads::kAsSet;
+}
+
+// f(n0, nb, col, tmp) for the blocks [b0, b1): images [n0, n0 + nb), with a
+// column buffer (K x nb*P, unless direct) and a small-side buffer (Og x nb*P,
+// if blocks hold several images) of this call's own, so that chunks running on
+// different units do not share them.
+template <class T, class F>
+void for_blocks(const ConvGeom& g, const ConvBlocks& b, int64_t b0, int64_t b1, F&& f) {
+  std::vector<T> col, tmp;
+  if (!b.direct) col.resize(static_cast<size_t>(g.K() * b.nb * g.P()));
+  if (b.nb > 1) tmp.resize(static_cast<size_t>(g.Og() * b.nb * g.P()));
+  for (int64_t i = b0; i < b1; ++i) {
+    const int64_t n0 = i * b.nb;
+    f(n0, std::min(b.nb, g.N - n0), col.data(), tmp.data());
+  }
+}
+
 // small (N, O, Ho, Wo) = conv(big (N, C, H, W), w (O, Cg, kh, kw)); dense arrays.
 template <class T>
 void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
-  const int64_t nbmax = images_per_gemm(g);
-  const bool direct = g.pointwise() && nbmax == 1;  // 1x1: the image is its own column matrix
-  std::vector<T> col, tmp;
-  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
-  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
-    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
-    for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
-      if (!direct) {
-        for (int64_t j = 0; j < nb; ++j)
-          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col.data() + j * g.P(), ld);
-        cm_ = col.data();
+  const ConvBlocks b = conv_blocks(g);
+  const nn::BlasThreads threads = blas_threads(b);
+  // Blocks write disjoint images of `small`.
+  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
+    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
+      const int64_t ld = nb * g.P();
+      for (int64_t grp = 0; grp < g.G; ++grp) {
+        const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
+        if (!b.direct) {
+          for (int64_t j = 0; j < nb; ++j)
+            im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), ld);
+          cm_ = col;
+        }
+        Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
+        Mat<T> B{cm_, g.K(), ld, ld, 1};
+        if (nb == 1) {
+          nn::gemm<T>(op, A, B, T(1), T(0), small + (n0 * g.O + grp * g.Og()) * g.P(), g.P(),
+                      threads);
+        } else {
+          nn::gemm<T>(op, A, B, T(1), T(0), tmp, ld, threads);
+          scatter_small(g, tmp, n0, nb, grp, small);
+        }
       }
-      Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
-      Mat<T> B{cm_, g.K(), ld, ld, 1};
-      if (nb == 1) {
-        nn::gemm<T>(op, A, B, T(1), T(0), small + (n0 * g.O + grp * g.Og()) * g.P(), g.P());
-      } else {
-        nn::gemm<T>(op, A, B, T(1), T(0), tmp.data(), ld);
-        scatter_small(g, tmp.data(), n0, nb, grp, small);
-      }
-    }
-  }
+    });
+  });
 }
 
 // big (N, C, H, W) = conv^T(small (N, O, Ho, Wo), w): the input gradient of a plain conv.
 template <class T>
 void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w, T* big) {
-  const int64_t nbmax = images_per_gemm(g);
-  const bool direct = g.pointwise() && nbmax == 1;
-  std::vector<T> col, tmp;
-  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
-  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
-    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
-    for (int64_t grp = 0; grp < g.G; ++grp) {
-      // W_g^T: (K x Og) view of the (Og x K) row-major block.
-      Mat<T> A{w + grp * g.Og() * g.K(), g.K(), g.Og(), 1, g.K()};
-      const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
-      if (nb > 1) {
-        gather_small(g, small, n0, nb, grp, tmp.data());
-        s = tmp.data();
+  const ConvBlocks b = conv_blocks(g);
+  const nn::BlasThreads threads = blas_threads(b);
+  // Blocks write disjoint images of `big`.
+  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
+    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
+      const int64_t ld = nb * g.P();
+      for (int64_t grp = 0; grp < g.G; ++grp) {
+        // W_g^T: (K x Og) view of the (Og x K) row-major block.
+        Mat<T> A{w + grp * g.Og() * g.K(), g.K(), g.Og(), 1, g.K()};
+        const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
+        if (nb > 1) {
+          gather_small(g, small, n0, nb, grp, tmp);
+          s = tmp;
+        }
+        Mat<T> B{s, g.Og(), ld, ld, 1};
+        if (b.direct) {
+          nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.S(), g.P(),
+                      threads);
+          continue;
+        }
+        nn::gemm<T>(op, A, B, T(1), T(0), col, ld, threads);
+        for (int64_t j = 0; j < nb; ++j) {
+          T* bj = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
+          std::fill(bj, bj + g.Cg() * g.S(), T(0));
+          col2im(g, col + j * g.P(), ld, bj);
+        }
       }
-      Mat<T> B{s, g.Og(), ld, ld, 1};
-      if (direct) {
-        nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.S(), g.P());
-        continue;
-      }
-      nn::gemm<T>(op, A, B, T(1), T(0), col.data(), ld);
-      for (int64_t j = 0; j < nb; ++j) {
-        T* b = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
-        std::fill(b, b + g.Cg() * g.S(), T(0));
-        col2im(g, col.data() + j * g.P(), ld, b);
-      }
-    }
-  }
+    });
+  });
 }
 
 // gw (O, Cg, kh, kw) = sum_n small_n @ im2col(big_n)^T.
 template <class T>
 void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* small, T* gw) {
-  const int64_t nbmax = images_per_gemm(g);
-  const bool direct = g.pointwise() && nbmax == 1;
-  std::vector<T> col, tmp;
-  if (!direct) col.resize(static_cast<size_t>(g.K() * nbmax * g.P()));
-  if (nbmax > 1) tmp.resize(static_cast<size_t>(g.Og() * nbmax * g.P()));
-  std::fill(gw, gw + g.O * g.K(), T(0));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nbmax) {
-    const int64_t nb = std::min(nbmax, g.N - n0), ld = nb * g.P();
-    for (int64_t grp = 0; grp < g.G; ++grp) {
-      const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
-      if (!direct) {
-        for (int64_t j = 0; j < nb; ++j)
-          im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col.data() + j * g.P(), ld);
-        cm_ = col.data();
+  const ConvBlocks b = conv_blocks(g);
+  const nn::BlasThreads threads = blas_threads(b);
+  const int64_t size = g.O * g.K();
+  // out = the weight gradient of the blocks [b0, b1).
+  auto gradient = [&](int64_t b0, int64_t b1, T* out) {
+    std::fill(out, out + size, T(0));
+    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
+      const int64_t ld = nb * g.P();
+      for (int64_t grp = 0; grp < g.G; ++grp) {
+        const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
+        if (!b.direct) {
+          for (int64_t j = 0; j < nb; ++j)
+            im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), ld);
+          cm_ = col;
+        }
+        const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
+        if (nb > 1) {
+          gather_small(g, small, n0, nb, grp, tmp);
+          s = tmp;
+        }
+        Mat<T> A{s, g.Og(), ld, ld, 1};
+        Mat<T> Bt{cm_, ld, g.K(), 1, ld};  // col^T
+        nn::gemm<T>(op, A, Bt, T(1), T(1), out + grp * g.Og() * g.K(), g.K(), threads);
       }
-      const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
-      if (nb > 1) {
-        gather_small(g, small, n0, nb, grp, tmp.data());
-        s = tmp.data();
-      }
-      Mat<T> A{s, g.Og(), ld, ld, 1};
-      Mat<T> Bt{cm_, ld, g.K(), 1, ld};  // col^T
-      nn::gemm<T>(op, A, Bt, T(1), T(1), gw + grp * g.Og() * g.K(), g.K());
-    }
+    });
+  };
+  if (!b.split) {
+    gradient(0, b.count, gw);
+    return;
   }
+  // Each chunk sums its blocks into a partial gradient of its own; the
+  // partials are added in chunk order (parallel_reduce), so the rounding
+  // follows the cut, not which unit ran which chunk.
+  const std::vector<T> sum = cm::parallel_reduce(
+      b.count, b.grain, std::vector<T>(),
+      [&](int64_t b0, int64_t b1) {
+        std::vector<T> part(static_cast<size_t>(size));
+        gradient(b0, b1, part.data());
+        return part;
+      },
+      [](std::vector<T> acc, const std::vector<T>& part) -> std::vector<T> {
+        if (acc.empty()) return part;  // the identity
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] += part[i];
+        return acc;
+      });
+  std::copy(sum.begin(), sum.end(), gw);
 }
 
 void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {

@@ -83,10 +83,21 @@ inline void use_threads(int n) {
 
 }  // namespace gemm_detail
 
+// How gemm() treats BLAS's process-wide thread count.
+enum class BlasThreads {
+  kBySize,  // sets it per call: 1 below kGemmThreadedMacs, else default_threads()
+  // Leaves it as it is: for GEMMs run concurrently on several compute units.
+  // Their caller sets 1 (use_threads(1)) from its own thread before the
+  // parallel loop; a unit setting the count would change it under another
+  // unit's running BLAS call.
+  kAsSet,
+};
+
 // C (m x n, row stride ldc, unit column stride) = alpha * A (m x k) @ B (k x n)
 // + beta * C. beta == 0 ignores C's old contents (NaN included), as torch does.
 template <class T>
-inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int64_t ldc) {
+inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int64_t ldc,
+                 BlasThreads threads = BlasThreads::kBySize) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   const int64_t m = a.rows, k = a.cols, n = b.cols;
   TORCH_CHECK(b.rows == k, "acme: ", op, ": inner dimensions differ (", k, " vs ", b.rows, ")");
@@ -121,8 +132,10 @@ inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int6
   // costs more than it saves there, and on a busy machine their spin-waiting
   // steals the core the caller needs (measured: 10-50x slowdowns for conv-size
   // GEMMs under load). Large products use BLAS's default thread count.
-  const bool single = static_cast<double>(m) * n * k < kGemmThreadedMacs;
-  gemm_detail::use_threads(single ? 1 : gemm_detail::default_threads());
+  if (threads == BlasThreads::kBySize) {
+    const bool single = static_cast<double>(m) * n * k < kGemmThreadedMacs;
+    gemm_detail::use_threads(single ? 1 : gemm_detail::default_threads());
+  }
   if constexpr (std::is_same_v<T, float>) {
     scipy_cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a.p, LDA, b.p, LDB, beta, c, LDC);
   } else {
