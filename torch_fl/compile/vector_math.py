@@ -21,25 +21,32 @@ import torch
 def kernel_proxy_class(name: str, functions: Iterable[str]):
     """A CppKernelProxy subclass whose vectorized kernels compute `functions` (float32)
     with Sleef's 3.5-ULP versions; the stock proxy when `functions` is empty."""
-    from torch._inductor.codegen.cpp import (CppKernelProxy, CppTile2DKernel,
+    from torch._inductor.codegen.cpp import (CppKernelProxy, CppTile2DKernel, CppTile2DOverrides,
                                              CppVecKernel, CppVecOverrides)
 
     functions = tuple(functions)
     if not functions:
         return CppKernelProxy
 
-    class VecOverrides(CppVecOverrides):
-        # CppVecOverrides.__new__ puts its own (wrapped) methods on the instance, so
-        # overriding them in the class would be shadowed: replace them on the instance.
-        def __new__(cls, *args, **kwargs):
-            self = super().__new__(cls, *args, **kwargs)
-            for fn in functions:
-                setattr(self, fn, _sleef_u35_or(fn, getattr(self, fn)))
-            return self
+    def with_sleef(stock_overrides):
+        class Overrides(stock_overrides):
+            # CppVecOverrides.__new__ puts its own (wrapped) methods on the instance, so
+            # overriding them in the class would be shadowed: replace them on the instance.
+            def __new__(cls, *args, **kwargs):
+                self = super().__new__(cls, *args, **kwargs)
+                for fn in functions:
+                    setattr(self, fn, _sleef_u35_or(fn, getattr(self, fn)))
+                return self
+        return Overrides
 
     prefix = name.capitalize()
-    vec_kernel = type(f"{prefix}CppVecKernel", (CppVecKernel,), {"overrides": VecOverrides})
-    tile2d_kernel = type(f"{prefix}CppTile2DKernel", (CppTile2DKernel,), {"overrides": VecOverrides})
+    vec_kernel = type(f"{prefix}CppVecKernel", (CppVecKernel,),
+                      {"overrides": with_sleef(CppVecOverrides)})
+    # The 2-d tile kernel keeps both stock relations: its ops handler is the tile's
+    # (CppTile2DOverrides transposes index expressions), and it is a vec_kernel_cls
+    # (the proxy asserts a tiled main loop is one when it aggregates reductions).
+    tile2d_kernel = type(f"{prefix}CppTile2DKernel", (CppTile2DKernel, vec_kernel),
+                         {"overrides": with_sleef(CppTile2DOverrides)})
     return type(f"{prefix}CppKernelProxy", (CppKernelProxy,),
                 {"vec_kernel_cls": vec_kernel, "tile2d_kernel_cls": tile2d_kernel})
 

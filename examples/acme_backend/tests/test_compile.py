@@ -409,3 +409,48 @@ def test_import_torch_does_not_import_the_compile_stack():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
+class _ConvNeXtBlock(torch.nn.Module):
+    """torchvision's CNBlock in small: depthwise 7x7 conv, channels-last LayerNorm
+    through permutes, MLP with GELU, layer scale, residual."""
+
+    def __init__(self, channels=32):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(channels, channels, 7, padding=3, groups=channels)
+        self.ln = torch.nn.LayerNorm(channels)
+        self.fc1 = torch.nn.Linear(channels, 4 * channels)
+        self.fc2 = torch.nn.Linear(4 * channels, channels)
+        self.gamma = torch.nn.Parameter(torch.full((channels, 1, 1), 0.1))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(y)))).permute(0, 3, 1, 2)
+        return x + self.gamma * y
+
+
+def test_transposed_reductions_with_acmes_vector_math():
+    """Found by compiling torchvision's ConvNeXt (tests/test_real_models_compile.py):
+    the permuted LayerNorm makes Inductor tile loops in 2-d (transpose_mxn) around
+    reductions. acme's kernel classes (compile.sleef_u35) must keep the stock
+    relations: the tile kernel is a vec_kernel_cls (the proxy asserts it when it
+    aggregates a reduction: InductorError AssertionError before the fix) and keeps
+    the tile's ops handler (CppTile2DOverrides transposes index expressions)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = _ConvNeXtBlock().to("acme")
+    x = torch.randn(4, 32, 16, 16, device="acme")
+
+    def step(fwd):
+        model.zero_grad()
+        out = fwd(x)
+        out.square().mean().backward()
+        return out.detach(), [p.grad.detach().clone() for p in model.parameters()]
+
+    (y, grads), codes = run_and_get_code(step, torch.compile(model))
+    assert any("transpose_mxn" in code for code in codes), "no 2-d tiled kernel: the test lost its point"
+    y_eager, grads_eager = step(model)
+    close(y, y_eager, atol=1e-5, rtol=1e-4)
+    for got, want in zip(grads, grads_eager):
+        close(got, want, atol=1e-5, rtol=1e-4)
