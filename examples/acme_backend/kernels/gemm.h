@@ -10,6 +10,8 @@
 
 #include <cblas.h>
 
+#include "common/parallel.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -28,6 +30,24 @@ struct Mat {
 
 // Multiply-adds from which a GEMM may use several BLAS threads.
 constexpr double kGemmThreadedMacs = 32.0 * 1024 * 1024;
+
+// Below kGemmThreadedMacs BLAS runs single-threaded (see gemm()); from
+// kGemmSplitMacs on, gemm() cuts C into blocks instead and runs one
+// single-threaded BLAS call per block on acme's compute units
+// (common/parallel.h). A block does at least kGemmBlockMacs multiply-adds
+// (a unit's wake-up must pay) and a product at most kGemmMaxBlocks blocks
+// (enough to balance a few units; each block repacks the operand it shares).
+constexpr double kGemmSplitMacs = 2.0 * 1024 * 1024;
+constexpr double kGemmBlockMacs = 1.0 * 1024 * 1024;
+constexpr int64_t kGemmMaxBlocks = 8;
+static_assert(kGemmSplitMacs >= 2 * kGemmBlockMacs, "a cut product has at least 2 blocks");
+// Block lengths are multiples of this, so blocks hold whole tiles of
+// OpenBLAS's kernels. Measured with its Haswell kernels: C cut into blocks of
+// a multiple of 12 rows has the same bits as from one call (float32 and
+// float64; float64 also when cut in columns), while float32 cut in columns
+// differs in the last bits near the cuts (OpenBLAS tiles that side by the
+// whole width). Either way the bits depend on the cut only, not on the units.
+constexpr int64_t kGemmBlockAlign = 24;
 
 namespace gemm_detail {
 
@@ -81,11 +101,35 @@ inline void use_threads(int n) {
   if (current.exchange(n, std::memory_order_relaxed) != n) scipy_openblas_set_num_threads(n);
 }
 
+// How gemm() cuts an m x n x k product: into blocks of `len` rows of C
+// (rows) or of `len` columns (!rows); len == 0: not cut. The cut depends on
+// m, n, k only, never on the unit count, so each element of C comes from the
+// same BLAS call whatever the number of units. C's longer side is cut: each
+// block repacks the whole operand the blocks share (B for row blocks, A for
+// column blocks), the smaller one then.
+struct Cut {
+  bool rows = true;
+  int64_t len = 0;
+};
+
+inline Cut cut(int64_t m, int64_t n, int64_t k) {
+  const double macs = static_cast<double>(m) * n * k;
+  if (macs < kGemmSplitMacs || macs >= kGemmThreadedMacs) return {};
+  const int64_t side = std::max(m, n);
+  const int64_t blocks = std::min(kGemmMaxBlocks, static_cast<int64_t>(macs / kGemmBlockMacs));
+  const int64_t len = ((side + blocks - 1) / blocks + kGemmBlockAlign - 1) / kGemmBlockAlign *
+                      kGemmBlockAlign;
+  return {m >= n, len < side ? len : 0};
+}
+
 }  // namespace gemm_detail
 
 // How gemm() treats BLAS's process-wide thread count.
 enum class BlasThreads {
-  kBySize,  // sets it per call: 1 below kGemmThreadedMacs, else default_threads()
+  // Sets it per call: 1 below kGemmThreadedMacs (also when the product is cut
+  // into blocks for the units, set before their parallel loop), else
+  // default_threads().
+  kBySize,
   // Leaves it as it is: for GEMMs run concurrently on several compute units.
   // Their caller sets 1 (use_threads(1)) from its own thread before the
   // parallel loop; a unit setting the count would change it under another
@@ -136,10 +180,33 @@ inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int6
     const bool single = static_cast<double>(m) * n * k < kGemmThreadedMacs;
     gemm_detail::use_threads(single ? 1 : gemm_detail::default_threads());
   }
-  if constexpr (std::is_same_v<T, float>) {
-    scipy_cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a.p, LDA, b.p, LDB, beta, c, LDC);
+  // C's block [i0, i0 + mb) x [j0, j0 + nb): rows of A (row-major: a row is
+  // lda apart; transposed: one element) and columns of B likewise.
+  auto call = [&](int64_t i0, int64_t j0, blasint mb, blasint nb) {
+    const T* ap = a.p + i0 * (ta == CblasNoTrans ? lda : 1);
+    const T* bp = b.p + j0 * (tb == CblasNoTrans ? 1 : ldb);
+    T* cp = c + i0 * ldc + j0;
+    if constexpr (std::is_same_v<T, float>) {
+      scipy_cblas_sgemm(CblasRowMajor, ta, tb, mb, nb, K, alpha, ap, LDA, bp, LDB, beta, cp, LDC);
+    } else {
+      scipy_cblas_dgemm(CblasRowMajor, ta, tb, mb, nb, K, alpha, ap, LDA, bp, LDB, beta, cp, LDC);
+    }
+  };
+  // Mid-size products (single-threaded BLAS, see above): the blocks go to the
+  // compute units, whose BLAS calls use the 1 thread set above (or by a kAsSet
+  // caller). Nested in a unit's chunk (a conv's block split), the loop runs
+  // inline, cut the same way.
+  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k);
+  if (cut.len == 0) {
+    call(0, 0, M, N);
+  } else if (cut.rows) {
+    acme::common::parallel_for(m, cut.len, [&](int64_t i0, int64_t i1) {
+      call(i0, 0, static_cast<blasint>(i1 - i0), N);
+    });
   } else {
-    scipy_cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a.p, LDA, b.p, LDB, beta, c, LDC);
+    acme::common::parallel_for(n, cut.len, [&](int64_t j0, int64_t j1) {
+      call(0, j0, M, static_cast<blasint>(j1 - j0));
+    });
   }
 }
 
