@@ -25,6 +25,7 @@ _graph_optimization = False
 _op_fusion = True
 _last: OptimizedGraph | None = None
 _building: dict[str, Any] | None = None  # the graph being compiled (one at a time: Inductor holds a lock)
+_observers: list = []  # callables given every OptimizedGraph as it is finished (add_graph_observer)
 
 
 @dataclasses.dataclass
@@ -126,6 +127,18 @@ def get_optimized_graph(model=None, *example_inputs, **compile_kwargs) -> Optimi
     return _last
 
 
+def add_graph_observer(callback) -> None:
+    """Call `callback(graph)` with every OptimizedGraph compiled from now on (each
+    forward and backward graph, not only the last one get_optimized_graph keeps)."""
+    with _lock:
+        _observers.append(callback)
+
+
+def remove_graph_observer(callback) -> None:
+    with _lock:
+        _observers.remove(callback)
+
+
 def _is_compiled(model) -> bool:
     return hasattr(model, "_torchdynamo_orig_callable") or type(model).__name__ == "OptimizedModule"
 
@@ -163,7 +176,10 @@ def _finish_graph(device: str) -> None:
         if _building is None or _building["device"] != device:
             return
         gm = _building["gm"]
-        _last = OptimizedGraph(device=device, nodes=list(gm.graph.nodes), kernels=_building["kernels"],
+        graph = OptimizedGraph(device=device, nodes=list(gm.graph.nodes), kernels=_building["kernels"],
                                extern_calls=_building["extern"], op_fusion=_op_fusion,
                                graph_module=gm)
-        _building = None
+        _last, _building = graph, None
+        observers = list(_observers)
+    for callback in observers:
+        callback(graph)

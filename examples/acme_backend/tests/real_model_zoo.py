@@ -13,11 +13,16 @@ Used by test_real_models.py, and runnable as a survey that prints, per model
 and precision (float32, bf16 and fp16 autocast), pass / first error line / ops
 on the CPU fallback, and the differences from the CPU (docs/real-models.md):
 
-    python examples/acme_backend/tests/real_model_zoo.py [name ...]
+    python examples/acme_backend/tests/real_model_zoo.py [--compile] [name ...]
+
+With --compile each step runs through torch.compile(model) (default backend,
+caches disabled) and the cell adds how many graphs, graph breaks and acme
+kernels the compile produced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -362,6 +367,46 @@ def train_step(case: Case, model: nn.Module, device: str, autocast: torch.dtype 
     return Step(float(loss.detach().float().cpu()), grads, params)
 
 
+def compiled(case: Case) -> Case:
+    """The same case with the model run through `torch.compile` (default backend):
+    forward and backward are compiled, the optimizer step stays eager."""
+    def loss(model, batch, _eager_loss=case.loss):
+        return _eager_loss(torch.compile(model), batch)
+    return dataclasses.replace(case, loss=loss)
+
+
+@dataclasses.dataclass
+class CompileCounts:
+    graphs: int = 0        # graphs Dynamo captured (forward and backward count apart)
+    graph_breaks: int = 0  # places Dynamo fell back to Python
+    acme_kernels: int = 0  # kernels Inductor generated for a torch_fl device
+
+
+@contextlib.contextmanager
+def compile_counters():
+    """What torch.compile did inside the block: a model that graph-breaks
+    everywhere, or whose graphs never reach the device's code generation, would
+    otherwise pass as an eager run."""
+    from torch._dynamo.utils import counters
+
+    from torch_fl import graph as graph_api
+
+    counts = CompileCounts()
+    graphs0 = counters["stats"]["unique_graphs"]
+    breaks0 = sum(counters["graph_break"].values())
+
+    def seen(graph):
+        counts.acme_kernels += graph.num_kernels
+
+    graph_api.add_graph_observer(seen)
+    try:
+        yield counts
+    finally:
+        graph_api.remove_graph_observer(seen)
+        counts.graphs = counters["stats"]["unique_graphs"] - graphs0
+        counts.graph_breaks = sum(counters["graph_break"].values()) - breaks0
+
+
 def float64_reference(case: Case, model: nn.Module) -> Step:
     """The same step on CPU in float64: what both float32 runs are judged by.
     Some of these gradients are ill-conditioned in float32 (batch norm over few
@@ -400,7 +445,7 @@ def grad_error(grads, reference) -> tuple[float, str]:
 # ---------------------------------------------------------------------------
 # Survey: python real_model_zoo.py [names] -> a Markdown table
 # ---------------------------------------------------------------------------
-def _survey_one(case: Case, device: str, autocast) -> str:
+def _survey_one(case: Case, device: str, autocast, compile_model: bool = False) -> str:
     import torch_fl
 
     try:
@@ -409,8 +454,16 @@ def _survey_one(case: Case, device: str, autocast) -> str:
         return f"not importable: {type(e).__name__}: {str(e).splitlines()[0]}"
     model = make_model(case)
     torch_fl.clear_fallback_log()
+    note = ""
     try:
-        dev = train_step(case, model, device, autocast)
+        if compile_model:
+            torch._dynamo.reset()
+            with compile_counters() as counts:
+                dev = train_step(compiled(case), model, device, autocast)
+            note = (f"; compiled: {counts.graphs} graphs, {counts.graph_breaks} breaks, "
+                    f"{counts.acme_kernels} kernels")
+        else:
+            dev = train_step(case, model, device, autocast)
     except Exception as e:  # noqa: BLE001
         fb = torch_fl.get_fallback_log()
         first = (str(e).strip().splitlines() or [""])[0][:200]
@@ -430,7 +483,7 @@ def _survey_one(case: Case, device: str, autocast) -> str:
     verdict = (f"loss {dev.loss:.4f} vs cpu {cpu.loss:.4f} (rel {rel:.1e}); grad err vs float64: "
                f"acme {max(e_dev.values()):.1e}, cpu {max(e_cpu.values()):.1e}; worst ratio "
                f"{e_dev[worst]:.1e}/{e_cpu[worst]:.1e} ({worst})")
-    return ("pass; " if not fb else "runs; fallback: " + _fb(fb) + "; ") + verdict
+    return ("pass; " if not fb else "runs; fallback: " + _fb(fb) + "; ") + verdict + note
 
 
 def _fb(log) -> str:
@@ -441,12 +494,18 @@ def main(argv: list[str]) -> None:
     import time
 
     torch.set_num_threads(1)  # see test_real_models.py: CPU's threads spin on a loaded machine
-    names = argv or list(CASES)
+    compile_model = "--compile" in argv  # the step through torch.compile(model), caches off
+    if compile_model:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.force_disable_caches = True
+    names = [a for a in argv if a != "--compile"] or list(CASES)
     print("| model | float32 | bf16 autocast | fp16 autocast |\n| --- | --- | --- | --- |")
     for name in names:
         case = CASES[name]
         t = time.perf_counter()
-        cells = [_survey_one(case, "acme", dtype) for dtype in (None, torch.bfloat16, torch.float16)]
+        cells = [_survey_one(case, "acme", dtype, compile_model)
+                 for dtype in (None, torch.bfloat16, torch.float16)]
         print(f"| {name} | {' | '.join(cells)} |  <!-- {time.perf_counter() - t:.1f} s -->", flush=True)
 
 
