@@ -263,6 +263,7 @@ at::Tensor k_pow_Scalar(const at::Scalar& self, const at::Tensor& exponent) {
 
 // maximum/minimum propagate NaN (unlike fmax/fmin).
 at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other) {
+  if (auto out = vec_binary_f32(self, other, vec::Binary::Maximum); out.defined()) return out;
   return binary_kernel<kAll>("maximum", self, other, promote({&self, &other}), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x, M y) -> M {
@@ -275,6 +276,7 @@ at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor k_minimum(const at::Tensor& self, const at::Tensor& other) {
+  if (auto out = vec_binary_f32(self, other, vec::Binary::Minimum); out.defined()) return out;
   return binary_kernel<kAll>("minimum", self, other, promote({&self, &other}), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x, M y) -> M {

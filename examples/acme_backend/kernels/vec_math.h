@@ -38,6 +38,8 @@ enum class Binary : int {
   MishBackward,      // (grad, x)
   Atan2,             // (y, x)
   Pow,               // (base, exponent)
+  Maximum,           // (a, b), NaN in either gives NaN
+  Minimum,           // (a, b), NaN in either gives NaN
 };
 
 using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n, float p0, float p1);

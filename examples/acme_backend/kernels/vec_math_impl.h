@@ -215,6 +215,9 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
       });
     case Binary::Atan2: return loop2(a, b, out, n, [](V y, V x) { return y.atan2(x); });
     case Binary::Pow: return loop2(a, b, out, n, [](V x, V e) { return x.pow(e); });
+    // ATen's vector maximum/minimum propagate NaN, as torch.maximum does.
+    case Binary::Maximum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::maximum(x, y); });
+    case Binary::Minimum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::minimum(x, y); });
   }
 }
 

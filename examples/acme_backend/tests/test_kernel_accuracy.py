@@ -34,3 +34,21 @@ def test_erfinv_matches_float64_over_the_whole_domain():
     want = torch.erfinv(edges)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[:2], want[:2])
     assert torch.equal(torch.signbit(got[5:]), torch.tensor([True, False])) and (got[5:] == 0).all()
+
+
+def test_maximum_minimum_vector_path_matches_cpu_bitwise():
+    """float32 maximum/minimum of same-shape dense tensors take the vector path
+    (vec_math Binary::Maximum/Minimum): NaN from either side, signed zeros as
+    CPU's, and every tail length."""
+    special = torch.tensor([float("nan"), 1.0, -0.0, 0.0, float("inf"), -float("inf"), 2.0])
+    for n in (1, 7, 16, 17, 1000):
+        g = torch.Generator().manual_seed(n)
+        a = torch.randn(n, generator=g)
+        b = torch.randn(n, generator=g)
+        a[: min(n, 7)] = special[: min(n, 7)]
+        b[: min(n, 7)] = special.flip(0)[: min(n, 7)]
+        for f in (torch.maximum, torch.minimum):
+            got, want = f(a.to("acme"), b.to("acme")).cpu(), f(a, b)
+            assert torch.equal(got.isnan(), want.isnan()), (f.__name__, n)
+            ok = ~want.isnan()
+            assert torch.equal(got[ok].view(torch.int32), want[ok].view(torch.int32)), (f.__name__, n)
