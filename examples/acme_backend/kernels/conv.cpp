@@ -256,6 +256,17 @@ void for_blocks(const ConvGeom& g, const ConvBlocks& b, int64_t b0, int64_t b1, 
   }
 }
 
+// The column matrix (K x nb*P) of group grp of images [n0, n0 + nb): built in
+// `col` by im2col, or the images themselves for a direct (1x1) conv.
+template <class T>
+const T* columns(const ConvGeom& g, const ConvBlocks& b, const T* big, int64_t n0, int64_t nb,
+                 int64_t grp, T* col) {
+  if (b.direct) return big + (n0 * g.C + grp * g.Cg()) * g.S();
+  for (int64_t j = 0; j < nb; ++j)
+    im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), nb * g.P());
+  return col;
+}
+
 // small (N, O, Ho, Wo) = conv(big (N, C, H, W), w (O, Cg, kh, kw)); dense arrays.
 template <class T>
 void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
@@ -266,12 +277,7 @@ void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* sm
     for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
       const int64_t ld = nb * g.P();
       for (int64_t grp = 0; grp < g.G; ++grp) {
-        const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
-        if (!b.direct) {
-          for (int64_t j = 0; j < nb; ++j)
-            im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), ld);
-          cm_ = col;
-        }
+        const T* cm_ = columns(g, b, big, n0, nb, grp, col);
         Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
         Mat<T> B{cm_, g.K(), ld, ld, 1};
         if (nb == 1) {
@@ -332,12 +338,7 @@ void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* s
     for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
       const int64_t ld = nb * g.P();
       for (int64_t grp = 0; grp < g.G; ++grp) {
-        const T* cm_ = big + (n0 * g.C + grp * g.Cg()) * g.S();
-        if (!b.direct) {
-          for (int64_t j = 0; j < nb; ++j)
-            im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), ld);
-          cm_ = col;
-        }
+        const T* cm_ = columns(g, b, big, n0, nb, grp, col);
         const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
         if (nb > 1) {
           gather_small(g, small, n0, nb, grp, tmp);

@@ -51,3 +51,24 @@ def no_fallback():
     native.clear_fallback_log()
     yield
     assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+
+
+@pytest.fixture
+def units():
+    """Run with a given number of acme compute units: units(n). torch's intra-op
+    threads stay at 4 whatever the count (they cap acme's units, and ops that fall
+    back to CPU would otherwise change with them: CPU's own results depend on its
+    thread count). Restores both afterwards."""
+    import torch
+    import torch_fl_acme._C as native
+
+    before_units = native.runtime_get_option("compute_units")
+    before_threads = torch.get_num_threads()
+
+    def use(n):
+        native.runtime_set_option("compute_units", str(n))
+        torch.set_num_threads(4)
+
+    yield use
+    native.runtime_set_option("compute_units", before_units)
+    torch.set_num_threads(before_threads)

@@ -17,23 +17,6 @@ import torch_fl_acme._C as native
 N = 300_007  # not a multiple of any grain or vector width: ragged chunks and tails
 
 
-@pytest.fixture
-def units():
-    """Run with a given unit count; torch's intra-op threads stay at 4 whatever
-    the count (they cap acme's units, and ops that fall back to CPU would
-    otherwise change with them: CPU's own results depend on its thread count).
-    Restores both afterwards."""
-    before_units = native.runtime_get_option("compute_units")
-    before_threads = torch.get_num_threads()
-
-    def use(n):
-        native.runtime_set_option("compute_units", str(n))
-        torch.set_num_threads(4)
-
-    yield use
-    native.runtime_set_option("compute_units", before_units)
-    torch.set_num_threads(before_threads)
-
 
 def _inputs():
     g = torch.Generator().manual_seed(0)

@@ -14,21 +14,6 @@ import torch.nn.functional as F
 import torch_fl_acme._C as native
 
 
-@pytest.fixture
-def units():
-    """Run with a given unit count; torch's intra-op threads stay at 4 (they cap
-    acme's units). Restores both afterwards."""
-    before_units = native.runtime_get_option("compute_units")
-    before_threads = torch.get_num_threads()
-
-    def use(n):
-        native.runtime_set_option("compute_units", str(n))
-        torch.set_num_threads(4)
-
-    yield use
-    native.runtime_set_option("compute_units", before_units)
-    torch.set_num_threads(before_threads)
-
 
 # name: (conv, input shape, weight shape, kwargs); blocks = images per block x count
 CASES = {
