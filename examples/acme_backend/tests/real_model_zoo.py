@@ -499,6 +499,7 @@ def main(argv: list[str]) -> None:
         import torch._inductor.config as inductor_config
 
         inductor_config.force_disable_caches = True
+        torch._dynamo.config.allow_rnn = True  # as test_real_models_compile.py: RNNs compiled too
     names = [a for a in argv if a != "--compile"] or list(CASES)
     print("| model | float32 | bf16 autocast | fp16 autocast |\n| --- | --- | --- | --- |")
     for name in names:
