@@ -256,6 +256,18 @@ void for_blocks(const ConvGeom& g, const ConvBlocks& b, int64_t b0, int64_t b1, 
   }
 }
 
+// f(n0, nb, grp, col, tmp) for every image block and group, the blocks split over
+// the compute units as conv_blocks decided: for directions whose blocks write
+// disjoint images of the output (forward, input gradient).
+template <class T, class F>
+void for_each_block_group(const ConvGeom& g, const ConvBlocks& b, F&& f) {
+  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
+    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
+      for (int64_t grp = 0; grp < g.G; ++grp) f(n0, nb, grp, col, tmp);
+    });
+  });
+}
+
 // The column matrix (K x nb*P) of group grp of images [n0, n0 + nb): built in
 // `col` by im2col, or the images themselves for a direct (1x1) conv.
 template <class T>
@@ -272,23 +284,16 @@ template <class T>
 void conv_fwd(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
   const ConvBlocks b = conv_blocks(g);
   const nn::BlasThreads threads = blas_threads(b);
-  // Blocks write disjoint images of `small`.
-  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
-    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
-      const int64_t ld = nb * g.P();
-      for (int64_t grp = 0; grp < g.G; ++grp) {
-        const T* cm_ = columns(g, b, big, n0, nb, grp, col);
-        Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
-        Mat<T> B{cm_, g.K(), ld, ld, 1};
-        if (nb == 1) {
-          nn::gemm<T>(op, A, B, T(1), T(0), small + (n0 * g.O + grp * g.Og()) * g.P(), g.P(),
-                      threads);
-        } else {
-          nn::gemm<T>(op, A, B, T(1), T(0), tmp, ld, threads);
-          scatter_small(g, tmp, n0, nb, grp, small);
-        }
-      }
-    });
+  for_each_block_group<T>(g, b, [&](int64_t n0, int64_t nb, int64_t grp, T* col, T* tmp) {
+    const int64_t ld = nb * g.P();
+    Mat<T> A{w + grp * g.Og() * g.K(), g.Og(), g.K(), g.K(), 1};
+    Mat<T> B{columns(g, b, big, n0, nb, grp, col), g.K(), ld, ld, 1};
+    if (nb == 1) {
+      nn::gemm<T>(op, A, B, T(1), T(0), small + (n0 * g.O + grp * g.Og()) * g.P(), g.P(), threads);
+    } else {
+      nn::gemm<T>(op, A, B, T(1), T(0), tmp, ld, threads);
+      scatter_small(g, tmp, n0, nb, grp, small);
+    }
   });
 }
 
@@ -297,32 +302,26 @@ template <class T>
 void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w, T* big) {
   const ConvBlocks b = conv_blocks(g);
   const nn::BlasThreads threads = blas_threads(b);
-  // Blocks write disjoint images of `big`.
-  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
-    for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
-      const int64_t ld = nb * g.P();
-      for (int64_t grp = 0; grp < g.G; ++grp) {
-        // W_g^T: (K x Og) view of the (Og x K) row-major block.
-        Mat<T> A{w + grp * g.Og() * g.K(), g.K(), g.Og(), 1, g.K()};
-        const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
-        if (nb > 1) {
-          gather_small(g, small, n0, nb, grp, tmp);
-          s = tmp;
-        }
-        Mat<T> B{s, g.Og(), ld, ld, 1};
-        if (b.direct) {
-          nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.S(), g.P(),
-                      threads);
-          continue;
-        }
-        nn::gemm<T>(op, A, B, T(1), T(0), col, ld, threads);
-        for (int64_t j = 0; j < nb; ++j) {
-          T* bj = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
-          std::fill(bj, bj + g.Cg() * g.S(), T(0));
-          col2im(g, col + j * g.P(), ld, bj);
-        }
-      }
-    });
+  for_each_block_group<T>(g, b, [&](int64_t n0, int64_t nb, int64_t grp, T* col, T* tmp) {
+    const int64_t ld = nb * g.P();
+    // W_g^T: (K x Og) view of the (Og x K) row-major block.
+    Mat<T> A{w + grp * g.Og() * g.K(), g.K(), g.Og(), 1, g.K()};
+    const T* s = small + (n0 * g.O + grp * g.Og()) * g.P();
+    if (nb > 1) {
+      gather_small(g, small, n0, nb, grp, tmp);
+      s = tmp;
+    }
+    Mat<T> B{s, g.Og(), ld, ld, 1};
+    if (b.direct) {
+      nn::gemm<T>(op, A, B, T(1), T(0), big + (n0 * g.C + grp * g.Cg()) * g.S(), g.P(), threads);
+      return;
+    }
+    nn::gemm<T>(op, A, B, T(1), T(0), col, ld, threads);
+    for (int64_t j = 0; j < nb; ++j) {
+      T* bj = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
+      std::fill(bj, bj + g.Cg() * g.S(), T(0));
+      col2im(g, col + j * g.P(), ld, bj);
+    }
   });
 }
 
