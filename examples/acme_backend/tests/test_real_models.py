@@ -142,15 +142,21 @@ def compare_step(dev, ref, f64, precision) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name,precision", list(_params()))
-def test_real_model_trains_natively_and_matches_cpu(name, precision):
+def case_model_and_reference(name):
+    """The zoo case, its model and its float64 CPU step; skips when the case's
+    package is not importable."""
     case = zoo.CASES[name]
     try:
         zoo.import_package(case.package)
     except ImportError as e:
         pytest.skip(f"{case.package} is not importable: {e}")
+    return (case, *_model_and_reference(case))
+
+
+@pytest.mark.parametrize("name,precision", list(_params()))
+def test_real_model_trains_natively_and_matches_cpu(name, precision):
+    case, model, f64 = case_model_and_reference(name)
     autocast = PRECISIONS[precision]
-    model, f64 = _model_and_reference(case)
 
     torch_fl.clear_fallback_log()
     dev = zoo.train_step(case, model, DEVICE, autocast)

@@ -67,13 +67,8 @@ def one_cpu_thread():
 
 @pytest.mark.parametrize("name,precision", list(_params()))
 def test_compiled_real_model_trains_on_acme_and_matches_cpu(name, precision):
-    case = zoo.CASES[name]
-    try:
-        zoo.import_package(case.package)
-    except ImportError as e:
-        pytest.skip(f"{case.package} is not importable: {e}")
+    case, model, f64 = eager_suite.case_model_and_reference(name)
     autocast = eager_suite.PRECISIONS[precision]
-    model, f64 = eager_suite._model_and_reference(case)
 
     torch_fl.clear_fallback_log()
     with zoo.compile_counters() as counts:
