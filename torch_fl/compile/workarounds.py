@@ -17,6 +17,21 @@ these are applied. The traps (named as in issue #10):
     cpp_codegen.HostKernelCalls.make_allocation), and `utils.device_need_guard`
     answers True only for GPU types, so the wrapper entered no device guard: a
     graph on `acme:1` ran its extern and custom ops with `acme:0` current.
+
+Beyond the issue's traps, Inductor tunes some choices for its C++ backend but
+keys them on the literal "cpu", so a host device got the GPU choice. Each was
+found by profiling the compiled GPT train step against the same step compiled
+for CPU (the kernels were 2.5-4.7x slower than CPU's identical-looking ones):
+
+(h) heuristics for realizing intermediates (`ir.is_cpu`): how many ops and reads
+    a pointwise node may inline before it is materialized.
+(v) variance (LayerNorm): rows up to `config.cpp.use_two_step_variance_threshold`
+    use a sum-then-sum-of-squares reduction; elsewhere Welford, which on CPU
+    vectors costs 2-4x more for short rows (64-wide GPT LayerNorm: 26 vs 9 us).
+(k) cat: the C++ backend lowers every cat to a ConcatKernel (each input written
+    into its slice, vectorized); other devices may get a pointwise cat, which in
+    C++ is a scalar loop of masked loads (GPT's q/k/v cat: 43 vs 9 us). Right-pad
+    is not rewritten as a cat for the same reason.
 """
 
 from __future__ import annotations
@@ -43,7 +58,15 @@ def _install_once() -> None:
     _patch_is_cpu()
     _patch_get_current_backend()
     _patch_device_need_guard()
+    _patch_realize_heuristics()
+    _patch_variance_algorithm()
+    _patch_cat()
     _installed = True
+
+
+def _on_host_device(node) -> bool:
+    device = node.get_device()
+    return device is not None and device.type in _host_devices
 
 
 def _patch_is_cpu() -> None:
@@ -93,3 +116,60 @@ def _patch_device_need_guard() -> None:
 
     utils.device_need_guard = device_need_guard
     scheduler.device_need_guard = device_need_guard
+
+
+def _patch_realize_heuristics() -> None:
+    """(h). Only ir.py calls `is_cpu`, and only in these heuristics."""
+    import torch._inductor.ir as ir
+
+    stock = ir.is_cpu
+
+    def is_cpu(x) -> bool:
+        return stock(x) or ir.get_device_type(x) in _host_devices
+
+    ir.is_cpu = is_cpu
+
+
+def _patch_variance_algorithm() -> None:
+    """(v). The stock function uses `config.unroll_reductions_threshold` (8) as its
+    threshold for a device it does not know; a host device gets the C++ one."""
+    import torch._inductor.lowering as lowering
+    from torch._inductor import config
+
+    stock = lowering.use_two_step_variance
+
+    def use_two_step_variance(x, axis, keepdim, input_dtype):
+        if not _on_host_device(x):
+            return stock(x, axis, keepdim, input_dtype)
+        with config.patch(unroll_reductions_threshold=config.cpp.use_two_step_variance_threshold):
+            return stock(x, axis, keepdim, input_dtype)
+
+    lowering.use_two_step_variance = use_two_step_variance
+
+
+def _patch_cat() -> None:
+    """(k). With no room for pointwise-cat inputs the stock lowering takes its
+    ConcatKernel path, as it always does for "cpu"; `force_pointwise_cat` still wins."""
+    import torch._inductor.lowering as lowering
+    from torch._inductor import config
+
+    def concat_kernel_on_host(stock_lowering):
+        def cat(inputs, *args, **kwargs):
+            if not inputs or not _on_host_device(inputs[0]):
+                return stock_lowering(inputs, *args, **kwargs)
+            with config.patch(max_complex_pointwise_cat_inputs=0, max_pointwise_cat_inputs=0):
+                return stock_lowering(inputs, *args, **kwargs)
+        return cat
+
+    cat_ops = (lowering.aten.cat, *lowering.aten.cat.op_overloads())
+    for op in cat_ops:
+        if op in lowering.lowerings:
+            lowering.lowerings[op] = concat_kernel_on_host(lowering.lowerings[op])
+    lowering.cat = concat_kernel_on_host(lowering.cat)  # called by name from other lowerings
+
+    stock_pad_as_cat = lowering._pad_as_cat
+
+    def _pad_as_cat(x, padding, fill_value):
+        return None if _on_host_device(x) else stock_pad_as_cat(x, padding, fill_value)
+
+    lowering._pad_as_cat = _pad_as_cat
