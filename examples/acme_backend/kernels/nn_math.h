@@ -16,6 +16,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "vec_math.h"
+
 namespace acme::kernels::nn {
 
 inline float exp_f32(float x) {
@@ -59,14 +61,19 @@ inline float exp_f32(float x) {
   return std::bit_cast<float>(yb);
 }
 
-// out[i] = exp(in[i] - shift) for float: the hot loop of softmax. Compiled
-// for AVX2+FMA and for the baseline, the CPU picks at load time (GCC
-// function multiversioning), as a vendor library ships per-ISA code paths.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-__attribute__((target_clones("avx2,fma", "default")))
-#endif
-static void exp_shifted_f32(const float* __restrict in, float shift, float* __restrict out,
-                            int64_t n) {
+// out[i] = exp(in[i] - shift) for float: the hot loop of softmax and attention
+// (in == out is allowed). On AVX2/AVX-512 hosts it is the vector library's exp
+// (vec_math.h: 8 or 16 lanes with FMA, 3x faster than the loop below); the loop
+// is the fallback for other hosts.
+inline void exp_shifted_f32(const float* in, float shift, float* out, int64_t n) {
+  if (auto fn = ::acme::vec::unary_f32()) {
+    if (shift != 0.f) {
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] - shift;
+      in = out;
+    }
+    fn(::acme::vec::Unary::Exp, in, out, n, 0.f, 0.f);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = exp_f32(in[i] - shift);
 }
 

@@ -12,10 +12,12 @@
 #include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
+#include "vec_math.h"
 
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace acme::kernels {
@@ -42,6 +44,30 @@ Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
 
 enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
 
+// One row of D contiguous values: for float on an AVX2/AVX-512 host the vector
+// library's pass (vec_math.h), otherwise the portable loops.
+template <class Acc>
+void softmax_row(Kind kind, const Acc* row, Acc* res, int64_t D, Acc* tmp, vec::RowFn row_fn) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (row_fn && kind != Kind::kSafeSoftmax) {
+      row_fn(kind == Kind::kLogSoftmax ? vec::Row::LogSoftmax : vec::Row::Softmax, row, res, D);
+      return;
+    }
+  }
+  const Acc mx = nn::lane_max(row, D);
+  if (kind == Kind::kSafeSoftmax && mx == -std::numeric_limits<Acc>::infinity()) {
+    std::fill(res, res + D, Acc(0));
+  } else if (kind == Kind::kLogSoftmax) {
+    nn::exp_shifted(row, mx, tmp, D);
+    const Acc lse = std::log(nn::lane_sum(tmp, D));
+    for (int64_t d = 0; d < D; ++d) res[d] = row[d] - mx - lse;
+  } else {
+    nn::exp_shifted(row, mx, res, D);
+    const Acc inv = Acc(1) / nn::lane_sum(res, D);
+    for (int64_t d = 0; d < D; ++d) res[d] *= inv;
+  }
+}
+
 at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
                        c10::ScalarType out_dtype, Kind kind) {
   nn::check_float(op, self);
@@ -59,6 +85,8 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
     // rows along the softmax dim are contiguous when inner == 1; otherwise
     // each row is gathered into `in_row` and the result scattered from `out_row`
     std::vector<Acc> in_row(inner == 1 ? 0 : D), out_row(inner == 1 ? 0 : D), tmp(D);
+    // float rows on an AVX2/AVX-512 host: one vectorized pass per step (vec_math.h)
+    const auto row_fn = vec::row_f32();
     for (int64_t o = 0; o < ax.outer; ++o) {
       for (int64_t i = 0; i < inner; ++i) {
         const Acc* src = x.data() + o * D * inner + i;
@@ -70,18 +98,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
           row = in_row.data();
           res = out_row.data();
         }
-        const Acc mx = nn::lane_max(row, D);
-        if (kind == Kind::kSafeSoftmax && mx == -std::numeric_limits<Acc>::infinity()) {
-          std::fill(res, res + D, Acc(0));
-        } else if (kind == Kind::kLogSoftmax) {
-          nn::exp_shifted(row, mx, tmp.data(), D);
-          const Acc lse = std::log(nn::lane_sum(tmp.data(), D));
-          for (int64_t d = 0; d < D; ++d) res[d] = row[d] - mx - lse;
-        } else {
-          nn::exp_shifted(row, mx, res, D);
-          const Acc inv = Acc(1) / nn::lane_sum(res, D);
-          for (int64_t d = 0; d < D; ++d) res[d] *= inv;
-        }
+        softmax_row(kind, row, res, D, tmp.data(), row_fn);
         if (inner != 1)
           for (int64_t d = 0; d < D; ++d) dst[d * inner] = out_row[d];
       }

@@ -42,7 +42,15 @@ enum class Binary : int {
   Minimum,           // (a, b), NaN in either gives NaN
 };
 
+// One softmax row of n contiguous floats: max (NaN-propagating), exp(x - max)
+// and its sum, then the scaling; the same steps as the scalar loop it replaces.
+enum class Row : int {
+  Softmax,     // out = exp(x - max) / sum
+  LogSoftmax,  // out = x - max - log(sum)
+};
+
 using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
+using RowFn = void (*)(Row op, const float* in, float* out, int64_t n);
 using BinaryFn = void (*)(Binary op, const float* a, const float* b, float* out, int64_t n);
 
 // Per instruction set (defined in vec_math_<isa>.cpp).
@@ -50,6 +58,8 @@ void unary_f32_avx512(Unary op, const float* in, float* out, int64_t n, float p0
 void unary_f32_avx2(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
 void binary_f32_avx512(Binary op, const float* a, const float* b, float* out, int64_t n);
 void binary_f32_avx2(Binary op, const float* a, const float* b, float* out, int64_t n);
+void row_f32_avx512(Row op, const float* in, float* out, int64_t n);
+void row_f32_avx2(Row op, const float* in, float* out, int64_t n);
 
 // 2 = AVX-512 (F, BW, VL, DQ), 1 = AVX2 + FMA, 0 = neither (scalar loops).
 inline int host_isa() {
@@ -70,6 +80,14 @@ inline UnaryFn unary_f32() {
   switch (host_isa()) {
     case 2: return &unary_f32_avx512;
     case 1: return &unary_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+inline RowFn row_f32() {
+  switch (host_isa()) {
+    case 2: return &row_f32_avx512;
+    case 1: return &row_f32_avx2;
     default: return nullptr;
   }
 }

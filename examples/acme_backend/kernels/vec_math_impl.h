@@ -18,6 +18,8 @@
 
 #include "vec_math.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #define ACME_VEC_CAT2(a, b) a##b
@@ -218,6 +220,44 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
     // ATen's vector maximum/minimum propagate NaN, as torch.maximum does.
     case Binary::Maximum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::maximum(x, y); });
     case Binary::Minimum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::minimum(x, y); });
+  }
+}
+
+// A row's vectors, the partial last one filled with `pad` past the row's end.
+inline V row_vector(const float* p, int64_t i, int64_t n, float pad) {
+  constexpr int64_t w = V::size();
+  if (i + w <= n) return V::loadu(p + i);
+  const int r = static_cast<int>(n - i);
+  return V::set(V(pad), V::loadu(p + i, r), r);
+}
+
+void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
+  constexpr int64_t w = V::size();
+  const float inf = std::numeric_limits<float>::infinity();
+  V vmax(-inf);
+  for (int64_t i = 0; i < n; i += w) vmax = at::vec::maximum(vmax, row_vector(in, i, n, -inf));
+  float lanes[w];
+  vmax.store(lanes);
+  float mx = -inf;  // a NaN lane, once taken, stays: NaN > v and v > NaN are false
+  for (int64_t j = 0; j < w; ++j) mx = (lanes[j] > mx || lanes[j] != lanes[j]) ? lanes[j] : mx;
+
+  // exp(x - max) into out (the log-softmax only needs its sum)
+  V vsum(0.f);
+  for (int64_t i = 0; i < n; i += w) {
+    const int r = static_cast<int>(std::min<int64_t>(w, n - i));
+    const V e = exp(row_vector(in, i, n, 0.f) - V(mx));
+    vsum = vsum + (r == w ? e : V::set(V(0.f), e, r));
+    if (op == Row::Softmax) e.store(out + i, r);
+  }
+  vsum.store(lanes);
+  float sum = 0.f;
+  for (int64_t j = 0; j < w; ++j) sum += lanes[j];
+
+  if (op == Row::Softmax) {
+    const float inv = 1.f / sum;
+    loop1(out, out, n, [v = V(inv)](V e) { return e * v; });
+  } else {
+    loop1(in, out, n, [mx = V(mx), lse = V(std::log(sum))](V x) { return x - mx - lse; });
   }
 }
 

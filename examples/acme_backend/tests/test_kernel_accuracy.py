@@ -52,3 +52,38 @@ def test_maximum_minimum_vector_path_matches_cpu_bitwise():
             assert torch.equal(got.isnan(), want.isnan()), (f.__name__, n)
             ok = ~want.isnan()
             assert torch.equal(got[ok].view(torch.int32), want[ok].view(torch.int32)), (f.__name__, n)
+
+
+def test_softmax_vector_rows_match_float64_with_torchs_edges():
+    """float32 softmax and log_softmax rows take one vectorized pass each
+    (vec_math_impl.h row_f32): every row length around the vector width (a
+    partial last vector must not enter the max or the sum), large and tiny
+    values, rows along an inner dim, and CPU's results for NaN, +-inf and
+    all -inf rows."""
+    gen = torch.Generator().manual_seed(0)
+    for d in (1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 257):
+        x = torch.randn(6, d, generator=gen) * 30 - 10
+        # softmax: relative where float32 can hold the probability
+        ref = torch.softmax(x.double(), -1)
+        got = torch.softmax(x.to("acme"), -1).cpu().double()
+        held = ref > 1e-30
+        err = ((got - ref).abs()[held] / ref[held]).max().item()
+        assert err < 5e-6 and (got - ref).abs().max() < 3e-7, f"softmax D={d}: {err:.2e} relative"
+        # log_softmax: relative, absolute near 0 (the row maximum's value is -log(sum))
+        ref = torch.log_softmax(x.double(), -1)
+        got = torch.log_softmax(x.to("acme"), -1).cpu().double()
+        err = ((got - ref).abs() / ref.abs().clamp_min(1)).max().item()
+        assert err < 5e-6, f"log_softmax D={d}: {err:.2e}"
+    x = torch.randn(4, 37, 5, generator=gen)  # softmax dim not innermost: gathered rows
+    for fn in (torch.softmax, torch.log_softmax):
+        torch.testing.assert_close(fn(x.to("acme"), 1).cpu(), fn(x, 1), rtol=2e-6, atol=1e-7)
+    inf, nan = float("inf"), float("nan")
+    edges = torch.tensor([[0.0, 1.0, nan] + [0.0] * 14,
+                          [-inf] * 17,
+                          [inf, 0.0, 1.0] + [0.0] * 14,
+                          [-inf, 2.0, -inf] + [-inf] * 14,
+                          [1e30, -1e30, 0.0] + [0.0] * 14,
+                          [-300.0 - i for i in range(17)]])  # a 0 in a padded lane would win the max
+    for fn in (torch.softmax, torch.log_softmax):
+        got, want = fn(edges.to("acme"), -1).cpu(), fn(edges, -1)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=2e-6, atol=1e-7)
