@@ -28,6 +28,10 @@ for CPU (the kernels were 2.5-4.7x slower than CPU's identical-looking ones):
 (v) variance (LayerNorm): rows up to `config.cpp.use_two_step_variance_threshold`
     use a sum-then-sum-of-squares reduction; elsewhere Welford, which on CPU
     vectors costs 2-4x more for short rows (64-wide GPT LayerNorm: 26 vs 9 us).
+(i) arg-reductions over several dims of a non-contiguous input (`x.t().argmax()`):
+    the lowering computes the logical (row-major) index only for Triton and
+    "cpu"; elsewhere it returned the index in Inductor's reordered loop order, a
+    silently wrong answer (acme: argmin 12 where eager says 16).
 (k) cat: the C++ backend lowers every cat to a ConcatKernel (each input written
     into its slice, vectorized); other devices may get a pointwise cat, which in
     C++ is a scalar loop of masked loads (GPT's q/k/v cat: 43 vs 9 us). Right-pad
@@ -61,6 +65,7 @@ def _install_once() -> None:
     _patch_realize_heuristics()
     _patch_variance_algorithm()
     _patch_cat()
+    _patch_argreduce_logical_index()
     _installed = True
 
 
@@ -173,3 +178,33 @@ def _patch_cat() -> None:
         return None if _on_host_device(x) else stock_pad_as_cat(x, padding, fill_value)
 
     lowering._pad_as_cat = _pad_as_cat
+
+
+_in_argreduce = threading.local()
+
+
+def _patch_argreduce_logical_index() -> None:
+    """(i). The lowering asks `is_triton(x) or (x on "cpu" and the C++ backend)`;
+    within an arg-reduction on a host device `is_triton` answers yes to that one
+    question, which the rest of `_make_reduction_inner` never asks."""
+    import torch._inductor.lowering as lowering
+
+    stock_inner = lowering._make_reduction_inner
+    stock_is_triton = lowering.is_triton
+
+    def is_triton(x) -> bool:
+        if getattr(_in_argreduce, "active", False) and _on_host_device(x):
+            return True
+        return stock_is_triton(x)
+
+    def _make_reduction_inner(x, *, reduction_type=None, **kwargs):
+        if not (reduction_type or "").startswith("arg") or not _on_host_device(x):
+            return stock_inner(x, reduction_type=reduction_type, **kwargs)
+        _in_argreduce.active = True
+        try:
+            return stock_inner(x, reduction_type=reduction_type, **kwargs)
+        finally:
+            _in_argreduce.active = False
+
+    lowering.is_triton = is_triton
+    lowering._make_reduction_inner = _make_reduction_inner

@@ -9,8 +9,8 @@ aot_eager fallback. Caches are disabled: a warm cache would hide a broken
 registration (issue #10, trap d). Each case is one small graph (a compile costs
 tens of seconds of C++ compilation on a small machine); together they cover
 fused pointwise ops, reductions, indexed loads, a training step whose
-matmuls stay the device's own kernels, and (C++ codegen) kernels identical to
-the ones Inductor writes for CPU.
+matmuls stay the device's own kernels, arg-reductions of non-contiguous inputs,
+and (C++ codegen) kernels identical to the ones Inductor writes for CPU.
 """
 
 from __future__ import annotations
@@ -99,6 +99,24 @@ def train_step(device: str, codegen: str) -> None:
         assert any("mm" in name for name in graph.extern_calls), graph.summary()
 
 
+def argreduce_of_non_contiguous(device: str, codegen: str) -> None:
+    """argmax/argmin over several dims of transposed, strided and permuted inputs
+    answer the logical (row-major) index, as eager does: Inductor computes it only
+    for Triton and "cpu" in torch 2.13, and acme returned the index in its own loop
+    order (3 of these 6 wrong: both of the transpose's, the full permuted argmax)
+    until torch_fl.compile.workarounds (i)."""
+    def f(a, b, c):
+        return (a.argmax(), a.argmin(), b.argmax(), b.argmin(1), c.argmax(), torch.max(c, 0).indices)
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 33, generator=gen).to(device)
+    y = torch.randn(3, 4, 10, generator=gen).to(device)
+    args = (x.t(), x[:, ::2], y.permute(2, 1, 0))
+    assert not any(a.is_contiguous() for a in args)
+    for i, (got, want) in enumerate(zip(torch.compile(f)(*args), f(*args))):
+        assert torch.equal(got.cpu(), want.cpu()), f"result {i}: compiled {got.tolist()}, eager {want.tolist()}"
+
+
 def same_kernels_as_cpu(device: str, codegen: str) -> None:
     """With C++ codegen the device's fused kernels must be exactly the ones Inductor
     writes for CPU. Its C++ heuristics (Welford or two-pass variance, ConcatKernel or
@@ -146,6 +164,7 @@ CASES: dict[str, Callable[[str, str], None]] = {
     "pointwise_reductions_indexing": pointwise_reductions_indexing,
     "train_step": train_step,
     "same_kernels_as_cpu": same_kernels_as_cpu,
+    "argreduce_of_non_contiguous": argreduce_of_non_contiguous,
 }
 
 
