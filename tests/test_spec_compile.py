@@ -77,3 +77,17 @@ def test_sleef_u35_refused_without_cpp_codegen(tmp_path):
 def test_sleef_u35_names_a_function_sleef_has(tmp_path):
     text, where = compile_error(tmp_path, "compile: {codegen: cpp, sleef_u35: [tanh, erf]}\n")
     assert f"{where}: compile.sleef_u35" in text and "one of sin, cos" in text, text
+
+
+def test_cache_key_changes_with_torch_fl_compile_code(tmp_path):
+    """Inductor's cache keys on torch_fl.compile's own code: an edit to a workaround
+    in an editable install (no version bump) must not reuse kernels of the old code."""
+    from torch_fl.compile import source_digest
+
+    (tmp_path / "workarounds.py").write_text("A = 1\n")
+    (tmp_path / "notes.txt").write_text("not code\n")
+    before = source_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("changed, still not code\n")
+    assert source_digest(tmp_path) == before
+    (tmp_path / "workarounds.py").write_text("A = 2\n")
+    assert source_digest(tmp_path) != before

@@ -23,6 +23,7 @@ as absent, so Inductor does not register them a second time.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from .versions import TESTED_TORCH, UnsupportedTorchError, check_torch
@@ -61,8 +62,11 @@ def compile_config(name: str) -> dict[str, Any]:
 
 def cache_key(name: str) -> str:
     """What Inductor's caches must key on for this backend besides the graph: the
-    torch_fl/flsdk version, the backend's package and flsdk version, and a digest
-    of its descriptor (a change of device.yaml invalidates compiled kernels)."""
+    torch_fl/flsdk version, the backend's package and flsdk version, a digest
+    of its descriptor (a change of device.yaml invalidates compiled kernels), and
+    a digest of torch_fl.compile's own code (its workarounds shape the kernels; an
+    editable install changes them without a version bump, and a warm cache then
+    served kernels of the old code)."""
     import hashlib
     import json
 
@@ -76,8 +80,19 @@ def cache_key(name: str) -> str:
         "backend_version": _dist_version(getattr(mod, "PACKAGE", name)),
         "flsdk": getattr(mod, "FLSDK_VERSION", "?"),
         "descriptor": hashlib.sha256(descriptor.encode()).hexdigest()[:16],
+        "compile_code": source_digest(Path(__file__).parent),
     }
     return ";".join(f"{k}={v}" for k, v in parts.items())
+
+
+def source_digest(package_dir: Path) -> str:
+    """A digest of the .py files directly in `package_dir` (names and contents)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _dist_version(package: str) -> str:
