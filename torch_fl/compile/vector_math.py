@@ -1,10 +1,14 @@
-"""Which vector math a device's fused C++ kernels use (device.yaml `compile.sleef_u35`).
+"""Which vector math a device's fused C++ kernels use (device.yaml `compile.sleef_u35`),
+their random numbers and their bool stores.
 
 Inductor's C++ kernels compute tanh, log, ... with Sleef's 1-ULP vector functions.
 A device whose own kernels use Sleef's 3.5-ULP versions (about twice as fast: acme
 does) would otherwise be slower compiled than eager on transcendental-heavy graphs,
 and its compiled results would differ from its eager ones. For the functions the
 descriptor lists, the device's kernels call the 3.5-ULP versions instead.
+Every host-codegen device's kernels draw `rand` a vector at a time, with the
+same values as Inductor's scalar loop (vector_random.py), and load and store bool
+vectors (dropout and causal masks) with vector instructions (vector_masks.py).
 
 Inductor 2.13 lets a CppScheduling subclass swap its kernel classes
 (`kernel_proxy_cls`, and on the proxy `vec_kernel_cls` / `tile2d_kernel_cls`), each
@@ -20,15 +24,13 @@ import torch
 
 def kernel_proxy_class(name: str, functions: Iterable[str]):
     """A CppKernelProxy subclass whose vectorized kernels compute `functions` (float32)
-    with Sleef's 3.5-ULP versions; the stock proxy when `functions` is empty."""
+    with Sleef's 3.5-ULP versions and draw `rand` a vector at a time."""
     from torch._inductor.codegen.cpp import (CppKernelProxy, CppTile2DKernel, CppTile2DOverrides,
                                              CppVecKernel, CppVecOverrides)
 
     functions = tuple(functions)
-    if not functions:
-        return CppKernelProxy
 
-    def with_sleef(stock_overrides):
+    def with_device_ops(stock_overrides):
         class Overrides(stock_overrides):
             # CppVecOverrides.__new__ puts its own (wrapped) methods on the instance, so
             # overriding them in the class would be shadowed: replace them on the instance.
@@ -36,17 +38,19 @@ def kernel_proxy_class(name: str, functions: Iterable[str]):
                 self = super().__new__(cls, *args, **kwargs)
                 for fn in functions:
                     setattr(self, fn, _sleef_u35_or(fn, getattr(self, fn)))
+                self.rand = _vector_rand_or(self.rand)
                 return self
         return Overrides
 
     prefix = name.capitalize()
     vec_kernel = type(f"{prefix}CppVecKernel", (CppVecKernel,),
-                      {"overrides": with_sleef(CppVecOverrides)})
+                      {"overrides": with_device_ops(CppVecOverrides), "_get_store_line": _fast_mask_store,
+                       "_get_vec_load_line": _fast_mask_load})
     # The 2-d tile kernel keeps both stock relations: its ops handler is the tile's
     # (CppTile2DOverrides transposes index expressions), and it is a vec_kernel_cls
     # (the proxy asserts a tiled main loop is one when it aggregates reductions).
     tile2d_kernel = type(f"{prefix}CppTile2DKernel", (CppTile2DKernel, vec_kernel),
-                         {"overrides": with_sleef(CppTile2DOverrides)})
+                         {"overrides": with_device_ops(CppTile2DOverrides)})
     return type(f"{prefix}CppKernelProxy", (CppKernelProxy,),
                 {"vec_kernel_cls": vec_kernel, "tile2d_kernel_cls": tile2d_kernel})
 
@@ -77,3 +81,70 @@ def _sleef_u35_or(fn: str, stock):
 
     emit.__name__ = fn
     return emit
+
+
+def _vector_rand_or(stock):
+    from torch._inductor.codegen.common import BracesBuffer
+    from torch._inductor.codegen.cpp import CppCSEVariable
+    from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP
+    from torch._inductor.virtualized import V
+
+    from .vector_random import philox_uniform_lines
+
+    def rand(seed, offset):
+        kernel = V.kernel
+        if isinstance(offset, CppCSEVariable) and offset.dtype in DTYPE_TO_CPP:
+            vectors = kernel._get_num_vectors(dtype=torch.float32)
+            result_load = ("at::vec::Vectorized<float>::loadu(result)" if vectors == 1
+                           else f"at::vec::VectorizedN<float, {vectors}>::loadu(result)")
+            lines = philox_uniform_lines(str(seed), str(offset), DTYPE_TO_CPP[offset.dtype],
+                                         tiling_factor=kernel.tiling_factor,
+                                         bit_width=kernel.vec_isa.bit_width(), result_load=result_load)
+            if lines is not None:
+                code = BracesBuffer()
+                for line in lines:
+                    code.writeline(line)
+                return code
+        return stock(seed, offset)
+
+    return rand
+
+
+def _fast_mask_store(self, value, var, index, dtype, accu_store=False):
+    """CppVecKernel._get_store_line, with bool vectors stored by vector_masks."""
+    from torch._inductor.codegen.common import IndentedBuffer
+    from torch._inductor.codegen.cpp import CppCSEVariable, CppVecKernel
+    from torch._inductor.codegen.cpp_utils import cexpr_index
+
+    from .vector_masks import mask_store_line
+
+    if dtype == torch.bool and not accu_store and isinstance(value, CppCSEVariable) and value.is_vec \
+            and self._try_get_const_stride(index, self.itervars[self.tiling_idx]) == 1:
+        line = mask_store_line(str(value), f"{var} + {cexpr_index(index)}", cexpr_index(self.num_elems),
+                               tiling_factor=self.tiling_factor,
+                               float_lanes=self.vec_isa.nelements(torch.float32),
+                               bit_width=self.vec_isa.bit_width())
+        if line is not None:
+            code = IndentedBuffer()
+            code.writeline(line)
+            return code
+    return CppVecKernel._get_store_line(self, value, var, index, dtype, accu_store)
+
+
+def _fast_mask_load(self, var, index, dtype, load_mask=None):
+    """CppVecKernel._get_vec_load_line (always a contiguous load), with bool vectors
+    loaded by vector_masks (the stock line ignores `load_mask` for bools too)."""
+    from torch._inductor.codegen.cpp import CppVecKernel
+    from torch._inductor.codegen.cpp_utils import cexpr_index
+
+    from .vector_masks import mask_load_expr
+
+    if dtype == torch.bool:
+        pointer = f"{var} + {cexpr_index(index)}" if index != 0 else var
+        expr = mask_load_expr(pointer, cexpr_index(self.num_elems), full=not self.tail_size,
+                              tiling_factor=self.tiling_factor,
+                              float_lanes=self.vec_isa.nelements(torch.float32),
+                              bit_width=self.vec_isa.bit_width())
+        if expr is not None:
+            return expr
+    return CppVecKernel._get_vec_load_line(self, var, index, dtype, load_mask)

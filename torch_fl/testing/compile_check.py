@@ -46,19 +46,21 @@ def _close(got, want, atol, rtol, what):
 
 def pointwise_reductions_indexing(device: str, codegen: str) -> None:
     """GELU chain (fuses into one loop nest), softmax and layer_norm (reductions),
-    and a gather by an index tensor (indirect loads), in one graph. With C++ codegen,
+    a gather by an index tensor (indirect loads) and a stored comparison (a bool
+    vector, rows of 40: two full vectors and a tail), in one graph. With C++ codegen,
     torch_fl's graph record must show the graph on the device with fused kernels."""
     def f(x, idx):
         y = torch.nn.functional.gelu(x * 2 + 1).sin() * x
         return (torch.softmax(y, -1)[idx] + torch.nn.functional.layer_norm(x, x.shape[-1:])[idx],
-                y.sum(0))
+                y.sum(0), x > 0.25)
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(16, 40, generator=gen).to(device)
     idx = torch.tensor([3, 0, 15, 7]).to(device)
     got, want = torch.compile(f)(x, idx), f(x, idx)
-    for g, w, what in zip(got, want, ("softmax+layer_norm gathered", "gelu chain summed")):
+    for g, w, what in zip(got, want, ("softmax+layer_norm gathered", "gelu chain summed", "x > 0.25")):
         assert g.device == w.device, f"compiled result on {g.device}, eager on {w.device}"
+        assert g.dtype == w.dtype, f"{what}: compiled {g.dtype}, eager {w.dtype}"
         _close(g, w, 1e-5, 1e-5, what)
     if codegen == "cpp":
         import torch_fl

@@ -204,6 +204,54 @@ def test_graph_on_second_device_allocates_there_and_guards_it():
     close(y, (x.sin() * 2) + 1 + 1)  # the custom op added the current device: 1
 
 
+@pytest.mark.parametrize("simdlen", [None, 256], ids=["native", "avx2"])
+def test_random_numbers_and_bool_stores_equal_cpus_compiled(simdlen):
+    """acme's fused kernels draw rand with vector Philox and load and store bool
+    vectors with vector instructions (torch_fl.compile.vector_random / vector_masks),
+    where Inductor's CPU code loops over the lanes: the numbers, masks and masked
+    softmax must be CPU's compiled ones, bit for bit (acme's generator gives CPU's
+    seed), for float32, bf16 (two float vectors per tile), gathered rows, tails
+    (rows of 29), and on AVX2 too."""
+    import torch._inductor.config as inductor_config
+    import torch._inductor.cpu_vec_isa as vec_isa
+
+    if simdlen == 256 and not vec_isa.pick_vec_isa().bit_width() >= 256:
+        pytest.skip("this CPU has no AVX2")
+
+    def f(x, xb, table, idx, causal):
+        return (torch.rand_like(x), x > 0.3, torch.nn.functional.dropout(x, 0.25, True),
+                torch.nn.functional.dropout(xb, 0.25, True),
+                torch.nn.functional.dropout(table[idx] + 1, 0.5, True),
+                x.masked_fill(causal, float("-inf")).softmax(-1))
+
+    results, code = {}, ""
+    for device in ("cpu", "acme"):
+        torch._dynamo.reset()
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(37, 29, generator=gen).to(device).requires_grad_()   # 1073: a tail
+        xb = torch.randn(5, 77, generator=gen).to(device).to(torch.bfloat16).requires_grad_()
+        table = torch.randn(50, 24, generator=gen).to(device).requires_grad_()
+        idx = torch.randint(0, 50, (8, 33), generator=gen).to(device)
+        causal = torch.ones(37, 29, dtype=torch.bool).triu(1).to(device)
+        torch.manual_seed(7)
+        with inductor_config.patch(**({"cpp.simdlen": simdlen} if simdlen else {})):
+            from torch._inductor.utils import run_and_get_code
+
+            got, device_code = run_and_get_code(torch.compile(f), x, xb, table, idx, causal)
+        results[device] = [t.detach().cpu() for t in got]
+        if device == "acme":
+            code = "\n".join(device_code)
+    assert "_mul_epu32(c0" in code and "normalized_rand_cpu" not in code, "acme kept Inductor's scalar rand"
+    assert "staged[16]" in code, "acme kept Inductor's bool store"
+    assert "::from(" not in code, "acme kept Inductor's bool load"
+    if simdlen == 256:
+        assert "_mm256_mul_epu32(c0" in code and "_mm512" not in code
+    for i, (mine, cpus) in enumerate(zip(results["acme"], results["cpu"])):
+        assert mine.dtype == cpus.dtype and torch.equal(mine, cpus), f"result {i} differs from CPU's compiled"
+    kept = results["acme"][2] != 0
+    assert 0.65 < kept.float().mean() < 0.85  # dropout(0.25) keeps about 3/4
+
+
 @pytest.mark.slow
 def test_views_random_and_bf16():
     def views(x):
