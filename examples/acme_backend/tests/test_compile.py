@@ -252,6 +252,33 @@ def test_random_numbers_and_bool_stores_equal_cpus_compiled(simdlen):
     assert 0.65 < kept.float().mean() < 0.85  # dropout(0.25) keeps about 3/4
 
 
+def test_gpt_train_step_with_dropout_equals_cpus_compiled():
+    """A compiled GPT training step with dropout 0.1 (the model's default) draws its
+    masks inside acme's fused kernels. They are CPU's compiled masks, so from the
+    same seed the compiled acme step gives compiled CPU's loss and gradients: a
+    wrong mask (one lane, one offset) would move the loss far beyond rounding."""
+    from torch_fl.models import GPT, GPTConfig
+
+    tokens = torch.randint(0, 256, (8, 33), generator=torch.Generator().manual_seed(1))
+    steps = {}
+    for device in ("cpu", "acme"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(dropout=0.1)).to(device).train()
+        batch = tokens.to(device)
+        torch.manual_seed(123)
+        _, loss = torch.compile(model)(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        steps[device] = loss.detach().cpu(), {n: p.grad.cpu() for n, p in model.named_parameters()}
+    (cpu_loss, cpu_grads), (loss, grads) = steps["cpu"], steps["acme"]
+    close(loss, cpu_loss, atol=1e-6, rtol=1e-6)
+    no_dropout = GPT(GPTConfig(dropout=0.0))
+    no_dropout.load_state_dict(model.state_dict())
+    assert abs(no_dropout(tokens[:, :-1], tokens[:, 1:])[1].item() - loss.item()) > 1e-3  # masks were drawn
+    for name, grad in grads.items():
+        close(grad, cpu_grads[name], atol=1e-6, rtol=1e-4)
+
+
 @pytest.mark.slow
 def test_views_random_and_bf16():
     def views(x):
