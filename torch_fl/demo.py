@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(args.seed)
     batches = [(torch.randn(args.batch, 3, 32, 32, generator=g),
                 torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(args.steps)]
+    # torch's first optimizer imports its compile stack (torch._dynamo, ~1 s): pay it
+    # before timing, or whichever device trains first is charged with it.
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.01)
     start = time.perf_counter()
     dev_losses = _train(copy.deepcopy(model), batches, dev, lr=0.01)
     dev_time = time.perf_counter() - start
