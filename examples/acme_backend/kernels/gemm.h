@@ -86,17 +86,25 @@ inline void pack(const Mat<T>& m, std::vector<T>& buf) {
     for (int64_t j = 0; j < m.cols; ++j) buf[i * m.cols + j] = m.p[i * m.rs + j * m.cs];
 }
 
-// Threads for a large GEMM: BLAS's own count (OPENBLAS_NUM_THREADS or the
-// cores), capped by torch's intra-op thread setting so torch.set_num_threads
-// governs acme's kernels as it governs CPU ones.
+// BLAS's own thread count (OPENBLAS_NUM_THREADS or the cores), read once before
+// use_threads() first changes it: OpenBLAS reports the count last set, so read
+// later, after a small GEMM had set 1, it would say 1 and no GEMM would ever be
+// threaded again (a ResNet-18 step runs a small conv GEMM first).
+inline int blas_max_threads() {
+  static const int n = std::max(1, scipy_openblas_get_num_threads());
+  return n;
+}
+
+// Threads for a large GEMM: BLAS's own count, capped by torch's intra-op thread
+// setting so torch.set_num_threads governs acme's kernels as it governs CPU ones.
 inline int default_threads() {
-  static const int blas_max = scipy_openblas_get_num_threads();
-  return std::max(1, std::min(blas_max, at::get_num_threads()));
+  return std::max(1, std::min(blas_max_threads(), at::get_num_threads()));
 }
 
 // Sets BLAS's (process-wide) thread count when it differs from the last one
 // set here; the call is cheap but not free, and most calls repeat the count.
 inline void use_threads(int n) {
+  blas_max_threads();  // read BLAS's own count before the first change
   static std::atomic<int> current{-1};
   if (current.exchange(n, std::memory_order_relaxed) != n) scipy_openblas_set_num_threads(n);
 }

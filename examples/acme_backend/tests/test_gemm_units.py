@@ -140,3 +140,33 @@ def test_split_happens(units):
     # C 2000 x 30, k 100: rows cut, same bits
     a, b = torch.randn(2000, 100, generator=g), torch.randn(100, 30, generator=g)
     assert torch.equal(torch.mm(a.to("acme"), b.to("acme")).cpu(), _one_call(a, b))
+
+
+def test_large_gemms_stay_threaded_after_a_small_one():
+    """gemm.h reads BLAS's own thread count once. Read after a small GEMM had set
+    BLAS to 1 thread, it said 1, and no later GEMM in the process was threaded
+    (a ResNet-18 step's first conv GEMM is small). A fresh process: a small mm,
+    then a large one at 2 intra-op threads must leave BLAS at 2 threads."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: BLAS runs one thread anyway")
+    _openblas()  # skips without the scipy_openblas32 wheel
+    code = textwrap.dedent("""
+        import ctypes, torch, torch_fl, scipy_openblas32
+        lib = ctypes.CDLL(f"{scipy_openblas32.get_lib_dir()}/lib{scipy_openblas32.get_library()}.so")
+        torch.set_num_threads(2)
+        small = torch.randn(16, 16, device="acme")
+        torch.mm(small, small)
+        assert lib.scipy_openblas_get_num_threads() == 1, "a small GEMM runs BLAS on 1 thread"
+        big = torch.randn(512, 512, device="acme")
+        torch.mm(big, big)  # 134M multiply-adds: BLAS-threaded
+        print(lib.scipy_openblas_get_num_threads())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "2", f"BLAS threads after the large GEMM: {proc.stdout!r}"
