@@ -1,5 +1,5 @@
 """Which vector math a device's fused C++ kernels use (device.yaml `compile.sleef_u35`),
-their random numbers and their bool stores.
+how they draw random numbers and how they load and store bool vectors.
 
 Inductor's C++ kernels compute tanh, log, ... with Sleef's 1-ULP vector functions.
 A device whose own kernels use Sleef's 3.5-ULP versions (about twice as fast: acme
@@ -24,7 +24,8 @@ import torch
 
 def kernel_proxy_class(name: str, functions: Iterable[str]):
     """A CppKernelProxy subclass whose vectorized kernels compute `functions` (float32)
-    with Sleef's 3.5-ULP versions and draw `rand` a vector at a time."""
+    with Sleef's 3.5-ULP versions, draw `rand` a vector at a time and move bool
+    vectors through memory with vector instructions."""
     from torch._inductor.codegen.cpp import (CppKernelProxy, CppTile2DKernel, CppTile2DOverrides,
                                              CppVecKernel, CppVecOverrides)
 
@@ -65,6 +66,14 @@ def sleef_call(fn: str, x: str, *, float_lanes: int, tiling_factor: int, bit_wid
     return f"at::vec::Vectorized<float>(Sleef_{fn}f{float_lanes}_u35({x}))"
 
 
+def _vector_shape(kernel) -> dict:
+    """What decides whether a vector kernel can take torch_fl's code: its tiling
+    factor, the float lanes of one native register, the register's bit width."""
+    isa = kernel.vec_isa
+    return {"tiling_factor": kernel.tiling_factor, "float_lanes": isa.nelements(torch.float32),
+            "bit_width": isa.bit_width()}
+
+
 def _sleef_u35_or(fn: str, stock):
     from torch._inductor.codegen.cpp import CppCSEVariable
     from torch._inductor.virtualized import V
@@ -72,9 +81,7 @@ def _sleef_u35_or(fn: str, stock):
     def emit(x, *args, **kwargs):
         kernel = V.kernel
         if isinstance(x, CppCSEVariable) and x.is_vec and x.dtype == torch.float32 and not args:
-            isa = kernel.vec_isa
-            code = sleef_call(fn, str(x), float_lanes=isa.nelements(torch.float32),
-                              tiling_factor=kernel.tiling_factor, bit_width=isa.bit_width())
+            code = sleef_call(fn, str(x), **_vector_shape(kernel))
             if code is not None:
                 return code
         return stock(x, *args, **kwargs)
@@ -97,9 +104,10 @@ def _vector_rand_or(stock):
             vectors = kernel._get_num_vectors(dtype=torch.float32)
             result_load = ("at::vec::Vectorized<float>::loadu(result)" if vectors == 1
                            else f"at::vec::VectorizedN<float, {vectors}>::loadu(result)")
+            shape = _vector_shape(kernel)
             lines = philox_uniform_lines(str(seed), str(offset), DTYPE_TO_CPP[offset.dtype],
-                                         tiling_factor=kernel.tiling_factor,
-                                         bit_width=kernel.vec_isa.bit_width(), result_load=result_load)
+                                         tiling_factor=shape["tiling_factor"],
+                                         bit_width=shape["bit_width"], result_load=result_load)
             if lines is not None:
                 code = BracesBuffer()
                 for line in lines:
@@ -121,9 +129,7 @@ def _fast_mask_store(self, value, var, index, dtype, accu_store=False):
     if dtype == torch.bool and not accu_store and isinstance(value, CppCSEVariable) and value.is_vec \
             and self._try_get_const_stride(index, self.itervars[self.tiling_idx]) == 1:
         line = mask_store_line(str(value), f"{var} + {cexpr_index(index)}", cexpr_index(self.num_elems),
-                               tiling_factor=self.tiling_factor,
-                               float_lanes=self.vec_isa.nelements(torch.float32),
-                               bit_width=self.vec_isa.bit_width())
+                               **_vector_shape(self))
         if line is not None:
             code = IndentedBuffer()
             code.writeline(line)
@@ -142,9 +148,7 @@ def _fast_mask_load(self, var, index, dtype, load_mask=None):
     if dtype == torch.bool:
         pointer = f"{var} + {cexpr_index(index)}" if index != 0 else var
         expr = mask_load_expr(pointer, cexpr_index(self.num_elems), full=not self.tail_size,
-                              tiling_factor=self.tiling_factor,
-                              float_lanes=self.vec_isa.nelements(torch.float32),
-                              bit_width=self.vec_isa.bit_width())
+                              **_vector_shape(self))
         if expr is not None:
             return expr
     return CppVecKernel._get_vec_load_line(self, var, index, dtype, load_mask)
