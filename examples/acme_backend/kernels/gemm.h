@@ -5,7 +5,6 @@
 // transpose flag, anything else is packed first.
 #pragma once
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <cblas.h>
@@ -96,9 +95,10 @@ inline int blas_max_threads() {
 }
 
 // Threads for a large GEMM: BLAS's own count, capped by torch's intra-op thread
-// setting so torch.set_num_threads governs acme's kernels as it governs CPU ones.
+// setting (read process-wide, common/parallel.h) so torch.set_num_threads governs
+// acme's kernels as it governs CPU ones.
 inline int default_threads() {
-  return std::max(1, std::min(blas_max_threads(), at::get_num_threads()));
+  return std::max(1, std::min(blas_max_threads(), acme::common::intra_op_threads()));
 }
 
 // Sets BLAS's (process-wide) thread count when it differs from the last one

@@ -170,3 +170,49 @@ def test_large_gemms_stay_threaded_after_a_small_one():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] == "2", f"BLAS threads after the large GEMM: {proc.stdout!r}"
+
+
+def test_backward_follows_set_num_threads_changed_after_the_first_backward():
+    """torch keeps the intra-op thread count per thread, and the autograd engine
+    runs acme's backward on a device thread started at the first backward, with
+    the count of that moment. acme reads the count process-wide: after
+    set_num_threads(1) -> backward -> set_num_threads(2), a large GEMM in the
+    backward must run BLAS on 2 threads (it ran on 1, and so did every unit
+    loop: bench_acme's multi-thread group runs after its 1-thread one)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: BLAS runs one thread anyway")
+    _openblas()  # skips without the scipy_openblas32 wheel
+    code = textwrap.dedent("""
+        import ctypes, threading, torch, torch_fl, scipy_openblas32
+        lib = ctypes.CDLL(f"{scipy_openblas32.get_lib_dir()}/lib{scipy_openblas32.get_library()}.so")
+
+        class BackwardThread(torch.autograd.Function):
+            # identity whose backward notes the thread it runs on
+            seen = set()
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+            @staticmethod
+            def backward(ctx, g):
+                BackwardThread.seen.add(threading.get_ident())
+                return g
+
+        a = torch.randn(512, 512, device="acme", requires_grad=True)
+        b = torch.randn(512, 512, device="acme", requires_grad=True)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            # the mm's backward runs two 134M multiply-add GEMMs, the last BLAS calls
+            BackwardThread.apply(torch.mm(a, b)).sum().backward()
+            print(threads, lib.scipy_openblas_get_num_threads())
+        assert threading.get_ident() not in BackwardThread.seen, "backward ran on the caller's thread"
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = dict(line.split() for line in proc.stdout.strip().splitlines())
+    assert after == {"1": "1", "2": "2"}, f"BLAS threads after each backward: {after}"

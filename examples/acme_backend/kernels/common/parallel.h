@@ -14,7 +14,8 @@
 // Units used: min(the device's compute units, torch's intra-op thread count):
 // acme's units are host threads that share the cores with torch's CPU work,
 // so torch.set_num_threads(1) makes acme single-unit as it makes CPU
-// single-threaded (the same rule as the BLAS threads in gemm.h).
+// single-threaded (the same rule as the BLAS threads in gemm.h). The count is
+// read process-wide (intra_op_threads below), not per thread.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -22,6 +23,7 @@
 #include "compute_units.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +35,30 @@ constexpr int64_t kGrainCheap = 32768;  // copies, add, mul, relu
 constexpr int64_t kGrainMath = 8192;    // exp, sin, tanh, gelu (vector math)
 constexpr int64_t kGrainHeavy = 1024;   // scalar libm calls, erfinv, lgamma
 
-inline int max_units() { return std::max(1, at::get_num_threads()); }
+// torch's intra-op thread count, as torch documents it: one setting for the
+// process. torch (OpenMP build) keeps it per thread: set_num_threads changes
+// the calling thread's count and the default of threads that start later. The
+// autograd engine runs acme's backward kernels on a device thread of its own,
+// started at the first backward, which keeps the count of that moment: after
+// set_num_threads(1) -> backward -> set_num_threads(2), every backward kernel
+// would still run on one unit and one BLAS thread. So the most recent change
+// seen on any thread wins: a thread whose count differs from what it read last
+// time (its first read, or set_num_threads was called on it) publishes its
+// count; a thread whose count did not change takes the published one.
+inline int intra_op_threads() {
+  static std::atomic<int> published{0};  // 0: nothing published yet
+  thread_local int last_read = 0;
+  const int mine = std::max(1, at::get_num_threads());
+  if (mine != last_read) {
+    last_read = mine;
+    published.store(mine, std::memory_order_relaxed);
+    return mine;
+  }
+  const int latest = published.load(std::memory_order_relaxed);
+  return latest > 0 ? latest : mine;
+}
+
+inline int max_units() { return intra_op_threads(); }
 
 template <class F>
 inline void parallel_for(int64_t n, int64_t grain, F&& f) {
