@@ -58,6 +58,10 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c"
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     SKIP_PRECOMPILE_HEADERS ON)
+  # acme's float32 GEMM (kernels/sgemm.h): AVX-512F only, no torch headers.
+  set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/kernels/sgemm_avx512.cpp" PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mfma"
+    SKIP_PRECOMPILE_HEADERS ON)
   set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/kernels/vec_math_avx2.cpp" PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c"
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"

@@ -1,8 +1,9 @@
-// acme's GEMM entry point: row-major C = alpha * A @ B + beta * C through the
-// vendor BLAS (OpenBLAS from the scipy-openblas32 wheel, symbols prefixed
-// `scipy_`). Operands are strided matrix views; a view that is a row-major or a
-// transposed (column-major) dense matrix goes to BLAS as is with the matching
-// transpose flag, anything else is packed first.
+// acme's GEMM entry point: row-major C = alpha * A @ B + beta * C. float32 on
+// an AVX-512 host runs acme's own kernel (sgemm.h), which reads any strided
+// view, unless C has a side shorter than kSgemmMinSide; the rest goes to the vendor BLAS (OpenBLAS from the scipy-openblas32
+// wheel, symbols prefixed `scipy_`). Operands are strided matrix views; for
+// BLAS, a view that is a row-major or a transposed (column-major) dense matrix
+// goes as is with the matching transpose flag, anything else is packed first.
 #pragma once
 
 #include <c10/util/Exception.h>
@@ -10,6 +11,7 @@
 #include <cblas.h>
 
 #include "common/parallel.h"
+#include "sgemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -47,6 +49,7 @@ static_assert(kGemmSplitMacs >= 2 * kGemmBlockMacs, "a cut product has at least 
 // differs in the last bits near the cuts (OpenBLAS tiles that side by the
 // whole width). Either way the bits depend on the cut only, not on the units.
 constexpr int64_t kGemmBlockAlign = 24;
+static_assert(kGemmBlockAlign % kSgemmMr == 0, "row blocks hold whole tiles of acme's sgemm");
 
 namespace gemm_detail {
 
@@ -120,17 +123,46 @@ struct Cut {
   int64_t len = 0;
 };
 
-inline Cut cut(int64_t m, int64_t n, int64_t k) {
+// own_kernel: acme's sgemm, which has no threads of its own, so products from
+// kGemmThreadedMacs on are cut too; its tiles are kSgemmMr rows (kGemmBlockAlign
+// is a multiple) by kSgemmNr columns, so column blocks are multiples of that.
+inline Cut cut(int64_t m, int64_t n, int64_t k, bool own_kernel) {
   const double macs = static_cast<double>(m) * n * k;
-  if (macs < kGemmSplitMacs || macs >= kGemmThreadedMacs) return {};
-  const int64_t side = std::max(m, n);
+  if (macs < kGemmSplitMacs || (macs >= kGemmThreadedMacs && !own_kernel)) return {};
+  const bool rows = m >= n;
+  const int64_t side = rows ? m : n;
+  const int64_t align = (own_kernel && !rows) ? kSgemmNr : kGemmBlockAlign;
   const int64_t blocks = std::min(kGemmMaxBlocks, static_cast<int64_t>(macs / kGemmBlockMacs));
-  const int64_t len = ((side + blocks - 1) / blocks + kGemmBlockAlign - 1) / kGemmBlockAlign *
-                      kGemmBlockAlign;
-  return {m >= n, len < side ? len : 0};
+  const int64_t len = ((side + blocks - 1) / blocks + align - 1) / align * align;
+  return {rows, len < side ? len : 0};
 }
 
 }  // namespace gemm_detail
+
+#if defined(__x86_64__)
+// gemm() for float32 on acme's own kernel (sgemm.h): it reads the strided views
+// as they are, and products from kGemmSplitMacs on are cut into blocks of C for
+// the compute units, large ones included (the kernel has no threads of its
+// own). Its bits do not depend on the cut (sgemm.h), so any unit count gives
+// the same C. Nested in a unit's chunk (a conv's block split), the loop runs
+// inline.
+inline void gemm_own_kernel(const Mat<float>& a, const Mat<float>& b, float alpha, float beta,
+                            float* c, int64_t ldc) {
+  const int64_t m = a.rows, k = a.cols, n = b.cols;
+  auto call = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    sgemm_avx512(i1 - i0, j1 - j0, k, alpha, a.p + i0 * a.rs, a.rs, a.cs, b.p + j0 * b.cs, b.rs,
+                 b.cs, beta, c + i0 * ldc + j0, ldc);
+  };
+  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k, /*own_kernel=*/true);
+  if (cut.len == 0) {
+    call(0, m, 0, n);
+  } else if (cut.rows) {
+    acme::common::parallel_for(m, cut.len, [&](int64_t i0, int64_t i1) { call(i0, i1, 0, n); });
+  } else {
+    acme::common::parallel_for(n, cut.len, [&](int64_t j0, int64_t j1) { call(0, m, j0, j1); });
+  }
+}
+#endif  // __x86_64__
 
 // How gemm() treats BLAS's process-wide thread count.
 enum class BlasThreads {
@@ -161,6 +193,14 @@ inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int6
         c[i * ldc + j] = (beta == T(0)) ? T(0) : beta * c[i * ldc + j];
     return;
   }
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_avx512_usable() && std::min(m, n) >= kSgemmMinSide) {
+      gemm_own_kernel(a, b, alpha, beta, c, ldc);
+      return;
+    }
+  }
+#endif
   std::vector<T> abuf, bbuf;
   CBLAS_TRANSPOSE ta, tb;
   int64_t lda, ldb;
@@ -204,7 +244,7 @@ inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int6
   // compute units, whose BLAS calls use the 1 thread set above (or by a kAsSet
   // caller). Nested in a unit's chunk (a conv's block split), the loop runs
   // inline, cut the same way.
-  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k);
+  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k, /*own_kernel=*/false);
   if (cut.len == 0) {
     call(0, 0, M, N);
   } else if (cut.rows) {

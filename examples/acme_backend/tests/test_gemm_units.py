@@ -117,29 +117,48 @@ def _one_call(a, b):
 MEASURED_KERNELS = {"Haswell", "Zen"}
 
 
-def test_split_happens(units):
+def test_split_happens():
     """The split is observable through OpenBLAS's own bits: float32 C cut in
     columns differs near the cuts from one BLAS call (OpenBLAS tiles that side
     by the whole width), so a short-wide acme mm that equals one call was not
     cut. Cut in rows (multiples of 24) it has the one call's bits: the split
     changes nothing there. Both facts belong to OpenBLAS's kernel for the CPU:
-    on another kernel (SkylakeX tiles by 16) they are not known to hold."""
+    on another kernel (SkylakeX tiles by 16) they are not known to hold.
+    A fresh process with ACME_SGEMM=blas, so float32 goes to OpenBLAS on an
+    AVX-512 host too (acme's own sgemm has the same bits cut or not:
+    tests/test_acme_sgemm.py)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
     lib = _openblas()
     lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
     kernel = lib.scipy_openblas_get_corename().decode()
     if kernel not in MEASURED_KERNELS:
         pytest.skip(f"OpenBLAS kernel {kernel}: its tiling was not measured (only {sorted(MEASURED_KERNELS)})")
-    units(2)
-    g = torch.Generator().manual_seed(0)
-    # C 37 x 1001, k 300: columns cut
-    a, b = torch.randn(37, 300, generator=g), torch.randn(300, 1001, generator=g)
-    whole = _one_call(a, b)
-    acme = torch.mm(a.to("acme"), b.to("acme")).cpu()
-    torch.testing.assert_close(acme, whole, rtol=1e-4, atol=1e-4)
-    assert not torch.equal(acme, whole), "short-wide mm has one BLAS call's bits: not cut"
-    # C 2000 x 30, k 100: rows cut, same bits
-    a, b = torch.randn(2000, 100, generator=g), torch.randn(100, 30, generator=g)
-    assert torch.equal(torch.mm(a.to("acme"), b.to("acme")).cpu(), _one_call(a, b))
+    code = textwrap.dedent("""
+        import torch, torch_fl
+        import torch_fl_acme._C as native
+        from test_gemm_units import _one_call
+        native.runtime_set_option("compute_units", "2")
+        torch.set_num_threads(2)
+        g = torch.Generator().manual_seed(0)
+        # C 37 x 1001, k 300: columns cut
+        a, b = torch.randn(37, 300, generator=g), torch.randn(300, 1001, generator=g)
+        whole = _one_call(a, b)
+        acme = torch.mm(a.to("acme"), b.to("acme")).cpu()
+        torch.testing.assert_close(acme, whole, rtol=1e-4, atol=1e-4)
+        assert not torch.equal(acme, whole), "short-wide mm has one BLAS call's bits: not cut"
+        # C 2000 x 30, k 100: rows cut, same bits
+        a, b = torch.randn(2000, 100, generator=g), torch.randn(100, 30, generator=g)
+        assert torch.equal(torch.mm(a.to("acme"), b.to("acme")).cpu(), _one_call(a, b))
+        print("checked")
+    """)
+    env = dict(os.environ, ACME_SGEMM="blas")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert proc.returncode == 0 and "checked" in proc.stdout, proc.stderr[-3000:]
 
 
 def test_large_gemms_stay_threaded_after_a_small_one():
@@ -159,10 +178,11 @@ def test_large_gemms_stay_threaded_after_a_small_one():
         import ctypes, torch, torch_fl, scipy_openblas32
         lib = ctypes.CDLL(f"{scipy_openblas32.get_lib_dir()}/lib{scipy_openblas32.get_library()}.so")
         torch.set_num_threads(2)
-        small = torch.randn(16, 16, device="acme")
+        # float64: float32 runs acme's own sgemm on an AVX-512 host, not BLAS
+        small = torch.randn(16, 16, device="acme", dtype=torch.float64)
         torch.mm(small, small)
         assert lib.scipy_openblas_get_num_threads() == 1, "a small GEMM runs BLAS on 1 thread"
-        big = torch.randn(512, 512, device="acme")
+        big = torch.randn(512, 512, device="acme", dtype=torch.float64)
         torch.mm(big, big)  # 134M multiply-adds: BLAS-threaded
         print(lib.scipy_openblas_get_num_threads())
     """)
@@ -178,7 +198,7 @@ def test_backward_follows_set_num_threads_changed_after_the_first_backward():
     the count of that moment. acme reads the count process-wide: after
     set_num_threads(1) -> backward -> set_num_threads(2), a large GEMM in the
     backward must run BLAS on 2 threads (it ran on 1, and so did every unit
-    loop: bench_acme's multi-thread group runs after its 1-thread one)."""
+    loop and acme's own sgemm: bench_acme's multi-thread group runs after its 1-thread one)."""
     import os
     import subprocess
     import sys
@@ -202,8 +222,9 @@ def test_backward_follows_set_num_threads_changed_after_the_first_backward():
                 BackwardThread.seen.add(threading.get_ident())
                 return g
 
-        a = torch.randn(512, 512, device="acme", requires_grad=True)
-        b = torch.randn(512, 512, device="acme", requires_grad=True)
+        # float64: float32 runs acme's own sgemm on an AVX-512 host, not BLAS
+        a = torch.randn(512, 512, device="acme", dtype=torch.float64, requires_grad=True)
+        b = torch.randn(512, 512, device="acme", dtype=torch.float64, requires_grad=True)
         for threads in (1, 2):
             torch.set_num_threads(threads)
             # the mm's backward runs two 134M multiply-add GEMMs, the last BLAS calls

@@ -1,0 +1,163 @@
+// acme's float32 GEMM for AVX-512 hosts (see sgemm.h; flags in
+// cmake/vendor.cmake). The classic blocked scheme: B is packed in blocks of
+// kSgemmKc x kNc (panels kSgemmNr wide), A in blocks of kMc x kSgemmKc (panels
+// kSgemmMr tall), and a micro-kernel multiplies one A panel by one B panel
+// into a kSgemmMr x kSgemmNr tile of C held in 24 vector registers. The B
+// panel (32 KB) stays in L1 while the A panels of a block stream from L2.
+// Edges are zero-padded panels and masked stores, computed by the same code
+// as full tiles, so edge elements get the same bits as inner ones.
+#include "sgemm.h"
+
+#if defined(__x86_64__)  // the whole file: x86-64 only (sgemm_avx512_usable)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+namespace acme::kernels::nn {
+namespace {
+
+constexpr int64_t kMr = kSgemmMr, kNr = kSgemmNr, kKc = kSgemmKc;
+// Block sizes, measured on ResNet-18's conv GEMMs and GPT's linears (Zen 5,
+// 1 MB L2): 96..240 rows and 512..2048 columns were within noise of each other.
+constexpr int64_t kMc = 144;   // rows of A per packed block (12 panels, 144 KB at kc 256)
+constexpr int64_t kNc = 2048;  // columns of B per packed block (2 MB at kc 256)
+static_assert(kMc % kMr == 0 && kNc % kNr == 0 && kNr == 32);
+
+// A float buffer aligned to 64 bytes that only grows.
+struct PackBuffer {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      const int64_t bytes = (n * int64_t(sizeof(float)) + 63) / 64 * 64;
+      data.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
+      if (!data) throw std::bad_alloc();
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+// B (kc x nc at b, strides rs/cs) -> panels of kNr columns, each kc rows of
+// kNr contiguous floats; columns past nc are zero.
+void pack_b(int64_t kc, int64_t nc, const float* b, int64_t rs, int64_t cs, float* out) {
+  for (int64_t j0 = 0; j0 < nc; j0 += kNr, out += kc * kNr) {
+    const int64_t w = std::min(kNr, nc - j0);
+    const float* src = b + j0 * cs;
+    if (cs == 1) {
+      for (int64_t p = 0; p < kc; ++p) {
+        float* dst = out + p * kNr;
+        std::memcpy(dst, src + p * rs, sizeof(float) * w);
+        std::fill(dst + w, dst + kNr, 0.0f);
+      }
+    } else {
+      if (w < kNr) std::fill(out, out + kc * kNr, 0.0f);
+      for (int64_t j = 0; j < w; ++j)
+        for (int64_t p = 0; p < kc; ++p) out[p * kNr + j] = src[j * cs + p * rs];
+    }
+  }
+}
+
+// A (mc x kc at a, strides rs/cs) -> panels of kMr rows, each kc columns of
+// kMr contiguous floats; rows past mc are zero.
+void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* out) {
+  for (int64_t i0 = 0; i0 < mc; i0 += kMr, out += kc * kMr) {
+    const int64_t h = std::min(kMr, mc - i0);
+    const float* src = a + i0 * rs;
+    if (rs == 1) {
+      for (int64_t p = 0; p < kc; ++p) {
+        float* dst = out + p * kMr;
+        std::memcpy(dst, src + p * cs, sizeof(float) * h);
+        std::fill(dst + h, dst + kMr, 0.0f);
+      }
+    } else {
+      if (h < kMr) std::fill(out, out + kc * kMr, 0.0f);
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t p = 0; p < kc; ++p) out[p * kMr + i] = src[i * rs + p * cs];
+    }
+  }
+}
+
+// Mask of the first n of 16 lanes (n may be <= 0 or >= 16).
+__mmask16 lanes(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
+
+// The kMr x kNr tile c (rows < mr, columns < nr) from one A panel and one B
+// panel over kc: first block: c = alpha * sum + beta * c (beta == 0: c's old
+// contents unread); later blocks: c += alpha * sum.
+void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
+                  int64_t ldc, int64_t mr, int64_t nr, float alpha, float beta, bool first) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(bp + p * kNr);
+    const __m512 b1 = _mm512_load_ps(bp + p * kNr + 16);
+    const float* a = ap + p * kMr;
+#pragma GCC unroll 12
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+  const bool read_c = !first || beta != 0.0f;
+  const __mmask16 mask0 = lanes(nr), mask1 = lanes(nr - 16);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    if (i >= mr) break;
+    float* row = c + i * ldc;
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+    if (read_c) {
+      c0 = _mm512_maskz_loadu_ps(mask0, row);
+      c1 = _mm512_maskz_loadu_ps(mask1, row + 16);
+      if (first) {
+        c0 = _mm512_mul_ps(vb, c0);
+        c1 = _mm512_mul_ps(vb, c1);
+      }
+    }
+    _mm512_mask_storeu_ps(row, mask0, _mm512_fmadd_ps(va, acc[i][0], c0));
+    _mm512_mask_storeu_ps(row + 16, mask1, _mm512_fmadd_ps(va, acc[i][1], c1));
+  }
+}
+
+}  // namespace
+
+void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_rs,
+                  int64_t a_cs, const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c,
+                  int64_t ldc) {
+  thread_local PackBuffer a_buf, b_buf;
+  const int64_t kc_max = std::min(k, kKc);
+  float* bp = b_buf.get(kc_max * ((std::min(n, kNc) + kNr - 1) / kNr) * kNr);
+  float* ap = a_buf.get(kc_max * ((std::min(m, kMc) + kMr - 1) / kMr) * kMr);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc);
+      pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bp);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic);
+        pack_a(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, ap);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          for (int64_t ir = 0; ir < mc; ir += kMr) {
+            micro_kernel(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
+                         std::min(kMr, mc - ir), std::min(kNr, nc - jr), alpha, beta, pc == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace acme::kernels::nn
+#endif  // __x86_64__
