@@ -220,8 +220,9 @@ ConvBlocks conv_blocks(const ConvGeom& g) {
   b.count = (g.N + b.nb - 1) / b.nb;
   b.direct = g.pointwise() && b.nb == 1;
   // A full block's GEMM does Og * K * nb*P multiply-adds in all three
-  // directions. From kGemmThreadedMacs on, BLAS threads it (gemm.h); below, it
-  // runs on one thread, so the units take whole blocks instead. The cut depends
+  // directions. From kGemmThreadedMacs on, gemm() spreads it over the units
+  // itself (acme's sgemm) or BLAS threads it; below, the units take whole
+  // blocks instead. The cut depends
   // on the sizes only, never on the unit count: the weight gradient's summation
   // order follows it, and its bits must not change with the units.
   const double macs = static_cast<double>(g.Og()) * g.K() * b.nb * g.P();
@@ -371,6 +372,105 @@ void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* s
   std::copy(sum.begin(), sum.end(), gw);
 }
 
+// Taps that read only padding. A kernel tap whose input row (column, plane)
+// is padding for every output position adds exact zeros: a 3x3 conv with
+// padding 1 on a 1x1 feature map (ResNet's last stage on small images) has
+// one live tap of nine, so the GEMMs would do 9x the work. The live taps of
+// each dim form the range [lo, hi) (the hull, if gaps); the conv restricted to
+// them is a conv with kernel hi - lo and padding p - lo * dilation (negative
+// padding is fine for im2col/col2im: they check every index), its weight the
+// slice [lo, hi) of each kernel dim.
+struct LiveTaps {
+  int64_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  bool all = true;   // no tap is dead: the geometry as it is
+  bool none = false; // every tap is dead: the conv is all zeros
+};
+
+LiveTaps live_taps(const ConvGeom& g) {
+  const int64_t k[3] = {g.kd, g.kh, g.kw}, s[3] = {g.sd, g.sh, g.sw}, p[3] = {g.pd, g.ph, g.pw};
+  const int64_t dil[3] = {g.dd, g.dh, g.dw}, in[3] = {g.D, g.H, g.W}, out[3] = {g.Do, g.Ho, g.Wo};
+  LiveTaps t;
+  for (int d = 0; d < 3; ++d) {
+    int64_t lo = k[d], hi = 0;
+    for (int64_t ki = 0; ki < k[d]; ++ki) {
+      // smallest output o with o * s - p + ki * dil >= 0, then is it < in?
+      const int64_t base = ki * dil[d] - p[d];
+      const int64_t o = base >= 0 ? 0 : (-base + s[d] - 1) / s[d];
+      if (o < out[d] && o * s[d] + base < in[d]) {
+        lo = std::min(lo, ki);
+        hi = ki + 1;
+      }
+    }
+    if (hi <= lo) {
+      t.none = true;
+      return t;
+    }
+    t.lo[d] = lo;
+    t.hi[d] = hi;
+    if (lo != 0 || hi != k[d]) t.all = false;
+  }
+  return t;
+}
+
+ConvGeom live_geom(const ConvGeom& g, const LiveTaps& t) {
+  ConvGeom r = g;
+  r.kd = t.hi[0] - t.lo[0]; r.kh = t.hi[1] - t.lo[1]; r.kw = t.hi[2] - t.lo[2];
+  r.pd = g.pd - t.lo[0] * g.dd; r.ph = g.ph - t.lo[1] * g.dh; r.pw = g.pw - t.lo[2] * g.dw;
+  return r;
+}
+
+// f(index in the full weight, index in the live slice) for every live tap.
+template <class F>
+void for_live_taps(const ConvGeom& g, const LiveTaps& t, F&& f) {
+  int64_t i = 0;
+  for (int64_t oc = 0; oc < g.O * g.Cg(); ++oc)
+    for (int64_t z = t.lo[0]; z < t.hi[0]; ++z)
+      for (int64_t y = t.lo[1]; y < t.hi[1]; ++y)
+        for (int64_t x = t.lo[2]; x < t.hi[2]; ++x)
+          f(((oc * g.kd + z) * g.kh + y) * g.kw + x, i++);
+}
+
+// The weight's live slice (O, Cg, kd', kh', kw'), dense.
+template <class T>
+std::vector<T> live_weight(const ConvGeom& g, const LiveTaps& t, const T* w) {
+  const ConvGeom r = live_geom(g, t);
+  std::vector<T> out(static_cast<size_t>(g.O * r.K()));
+  for_live_taps(g, t, [&](int64_t full, int64_t live) { out[live] = w[full]; });
+  return out;
+}
+
+// The three primitives on the live taps only.
+template <class T>
+void conv_fwd_live(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
+  const LiveTaps t = live_taps(g);
+  if (t.none) return std::fill(small, small + g.N * g.O * g.P(), T(0));
+  if (t.all) return conv_fwd<T>(op, g, big, w, small);
+  const std::vector<T> wl = live_weight(g, t, w);
+  conv_fwd<T>(op, live_geom(g, t), big, wl.data(), small);
+}
+
+template <class T>
+void conv_bwd_data_live(const char* op, const ConvGeom& g, const T* small, const T* w, T* big) {
+  const LiveTaps t = live_taps(g);
+  if (t.none) return std::fill(big, big + g.N * g.C * g.S(), T(0));
+  if (t.all) return conv_bwd_data<T>(op, g, small, w, big);
+  const std::vector<T> wl = live_weight(g, t, w);
+  conv_bwd_data<T>(op, live_geom(g, t), small, wl.data(), big);
+}
+
+template <class T>
+void conv_bwd_weight_live(const char* op, const ConvGeom& g, const T* big, const T* small, T* gw) {
+  const LiveTaps t = live_taps(g);
+  const int64_t size = g.O * g.K();
+  if (t.none) return std::fill(gw, gw + size, T(0));
+  if (t.all) return conv_bwd_weight<T>(op, g, big, small, gw);
+  const ConvGeom r = live_geom(g, t);
+  std::vector<T> gl(static_cast<size_t>(g.O * r.K()));
+  conv_bwd_weight<T>(op, r, big, small, gl.data());
+  std::fill(gw, gw + size, T(0));  // dead taps: sums of products with padding
+  for_live_taps(g, t, [&](int64_t full, int64_t live) { gw[full] = gl[live]; });
+}
+
 void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
   nn::check_float(op, t);
   ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
@@ -497,9 +597,9 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     if (g.K() == 0 || x.data() == nullptr) {
       std::fill(y, y + out.numel(), Acc(0));
     } else if (!transposed) {
-      conv_fwd<Acc>(op, g, x.data(), w.data(), y);
+      conv_fwd_live<Acc>(op, g, x.data(), w.data(), y);
     } else {
-      conv_bwd_data<Acc>(op, g, x.data(), w.data(), y);
+      conv_bwd_data_live<Acc>(op, g, x.data(), w.data(), y);
     }
     if (has_bias) {
       auto b = nn::load<Acc>(op, *bias);
@@ -550,9 +650,9 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
       if (empty_k || go5.numel() == 0) {
         std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
       } else if (!transposed) {
-        conv_bwd_data<Acc>(op, g, go.data(), w.data(), ob.data());
+        conv_bwd_data_live<Acc>(op, g, go.data(), w.data(), ob.data());
       } else {
-        conv_fwd<Acc>(op, g, go.data(), w.data(), ob.data());
+        conv_fwd_live<Acc>(op, g, go.data(), w.data(), ob.data());
       }
       ob.finish(op);
     }
@@ -562,10 +662,10 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
       if (g.N == 0 || g.P() == 0 || g.S() == 0) {
         std::fill(ob.data(), ob.data() + gw.numel(), Acc(0));
       } else if (!transposed) {
-        conv_bwd_weight<Acc>(op, g, x.data(), go.data(), ob.data());
+        conv_bwd_weight_live<Acc>(op, g, x.data(), go.data(), ob.data());
       } else {
         // big side = grad_output, small side = input
-        conv_bwd_weight<Acc>(op, g, go.data(), x.data(), ob.data());
+        conv_bwd_weight_live<Acc>(op, g, go.data(), x.data(), ob.data());
       }
       ob.finish(op);
     }

@@ -59,3 +59,53 @@ def test_conv_does_not_depend_on_unit_count(units, case, dtype):
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
     for a, c in zip(one, _run(case, "cpu", dtype)):
         torch.testing.assert_close(a, c, **tol)
+
+
+# Convs with kernel taps that read only padding (kernels/conv.cpp, live_taps):
+# acme computes them on the live taps only. name: (conv, input, weight, kwargs)
+DEAD_TAP_CASES = {
+    # ResNet's last stage on small images: 3x3, padding 1 on a 1x1 map, 1 live tap of 9
+    "1x1_map": (F.conv2d, (8, 16, 1, 1), (24, 16, 3, 3), {"padding": 1}),
+    # stride 2 from 2x2 to 1x1: the 2x2 taps at the bottom right live
+    "strided_2x2_map": (F.conv2d, (4, 8, 2, 2), (12, 8, 3, 3), {"padding": 1, "stride": 2}),
+    # dilation 2, padding 1, 3 wide: one output column, only the middle tap of a
+    # row lives (the live conv's padding is 1 - 2 = -1)
+    "dilated": (F.conv2d, (3, 4, 5, 3), (6, 4, 3, 3), {"padding": 1, "dilation": 2}),
+    # every tap reads padding only: the output is the bias
+    "all_dead": (F.conv2d, (2, 3, 1, 1), (5, 3, 3, 3), {"padding": 3, "stride": 4}),
+    # 1-d and 3-d, grouped, and a transposed conv (its input gradient is the forward)
+    "conv1d": (F.conv1d, (5, 6, 1), (4, 3, 5), {"padding": 2, "groups": 2}),
+    "conv3d": (F.conv3d, (2, 3, 1, 2, 2), (4, 3, 3, 3, 3), {"padding": 1}),
+    "transposed": (F.conv_transpose2d, (4, 6, 1, 1), (6, 5, 3, 3), {"padding": 1}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", list(DEAD_TAP_CASES))
+def test_conv_with_dead_taps_matches_cpu(case, dtype):
+    """Output, input, weight and bias gradients equal CPU's; the dead taps'
+    weight gradient is exactly zero."""
+    conv, xs, ws, kw = DEAD_TAP_CASES[case]
+    results = {}
+    for device in ("cpu", "acme"):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(xs, generator=g, dtype=dtype).to(device).requires_grad_()
+        w = torch.randn(ws, generator=g, dtype=dtype).to(device).requires_grad_()
+        bias_size = ws[1] * kw.get("groups", 1) if conv is F.conv_transpose2d else ws[0]
+        b = torch.randn(bias_size, generator=g, dtype=dtype).to(device).requires_grad_()
+        native.clear_fallback_log()
+        out = conv(x, w, b, **kw)
+        go = torch.randn(out.shape, generator=g, dtype=dtype).to(device)
+        grads = torch.autograd.grad(out, (x, w, b), go)
+        if device == "acme":
+            assert native.fallback_log() == [], f"fell back to CPU: {native.fallback_log()}"
+        results[device] = [t.detach().cpu() for t in (out, *grads)]
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    for name, a, c in zip(("output", "input grad", "weight grad", "bias grad"), results["acme"], results["cpu"]):
+        torch.testing.assert_close(a, c, **tol, msg=lambda m: f"{case} {name}: {m}")
+    if case == "1x1_map":
+        gw = results["acme"][2]
+        dead = torch.ones(3, 3, dtype=torch.bool)
+        dead[1, 1] = False
+        assert torch.count_nonzero(gw[:, :, dead]) == 0, "dead taps got a weight gradient"
+        assert torch.count_nonzero(gw[:, :, 1, 1]) == gw[:, :, 1, 1].numel()
