@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -62,6 +63,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
+      posted_.fetch_add(1, std::memory_order_release);  // ends a worker's spin
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
@@ -76,12 +78,19 @@ class Pool {
       wanted_ = std::min(helpers, workers_);
       joined_ = 0;
       ++generation_;
+      posted_.store(generation_, std::memory_order_release);
     }
     wake_.notify_all();
     job.work();
-    std::unique_lock<std::mutex> lock(mutex_);
-    wanted_ = 0;  // late wakers must not join a finished job
-    done_.wait(lock, [&] { return running_ == 0; });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      wanted_ = 0;  // late wakers must not join a finished job
+    }
+    if (!spin([&] { return running_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return running_.load(std::memory_order_acquire) == 0; });
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     job_ = nullptr;
   }
 
@@ -98,18 +107,43 @@ class Pool {
   void loop() {
     t_inside_unit = true;
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || (generation_ != seen && joined_ < wanted_); });
-      if (stop_) return;
-      seen = generation_;
-      ++joined_;
-      ++running_;
-      Job* job = job_;
-      lock.unlock();
+      // A kernel's next parallel loop usually follows within microseconds:
+      // watch for it before sleeping, so that it does not pay a wake-up.
+      spin([&] { return posted_.load(std::memory_order_acquire) != seen; });
+      Job* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || (generation_ != seen && joined_ < wanted_); });
+        if (stop_) return;
+        seen = generation_;
+        ++joined_;
+        running_.fetch_add(1, std::memory_order_relaxed);
+        job = job_;
+      }
       job->work();
-      lock.lock();
-      if (--running_ == 0) done_.notify_all();
+      if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to sleep
+        done_.notify_all();
+      }
+    }
+  }
+
+  // Polls `ready` for up to kSpin before the caller falls back to sleeping on
+  // a condition variable (a futex wake-up costs tens of microseconds on a VM,
+  // more than many kernels' parallel loops take). Returns whether it was ready.
+  template <class F>
+  static bool spin(F&& ready) {
+    constexpr auto kSpin = std::chrono::microseconds(100);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      if (std::chrono::steady_clock::now() >= until) return false;
     }
   }
 
@@ -120,8 +154,10 @@ class Pool {
   std::condition_variable wake_, done_;
   bool stop_ = false;
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> posted_{0};  // generation_, readable without the mutex
   Job* job_ = nullptr;
-  int wanted_ = 0, joined_ = 0, running_ = 0;
+  int wanted_ = 0, joined_ = 0;
+  std::atomic<int> running_{0};  // workers inside a job
 };
 
 std::mutex g_config_mutex;
