@@ -1,7 +1,8 @@
 // acme's GEMM entry point: row-major C = alpha * A @ B + beta * C. float32 on
 // an AVX-512 host runs acme's own kernel (sgemm.h), which reads any strided
-// view, unless C has a side shorter than kSgemmMinSide; the rest goes to the vendor BLAS (OpenBLAS from the scipy-openblas32
-// wheel, symbols prefixed `scipy_`). Operands are strided matrix views; for
+// view, unless C has a side shorter than kSgemmMinSide; the rest goes to the
+// vendor BLAS (OpenBLAS from the scipy-openblas32 wheel, symbols prefixed
+// `scipy_`). Operands are strided matrix views; for
 // BLAS, a view that is a row-major or a transposed (column-major) dense matrix
 // goes as is with the matching transpose flag, anything else is packed first.
 #pragma once
@@ -137,6 +138,22 @@ inline Cut cut(int64_t m, int64_t n, int64_t k, bool own_kernel) {
   return {rows, len < side ? len : 0};
 }
 
+// block(i0, i1, j0, j1) computes C's block [i0, i1) x [j0, j1): once for the
+// whole of C, or for each block of the cut on the compute units (inline when
+// nested in a unit's chunk, cut the same way).
+template <class F>
+inline void for_each_block(int64_t m, int64_t n, const Cut& cut, F&& block) {
+  if (cut.len == 0) {
+    block(int64_t(0), m, int64_t(0), n);
+  } else if (cut.rows) {
+    acme::common::parallel_for(m, cut.len,
+                               [&](int64_t i0, int64_t i1) { block(i0, i1, int64_t(0), n); });
+  } else {
+    acme::common::parallel_for(n, cut.len,
+                               [&](int64_t j0, int64_t j1) { block(int64_t(0), m, j0, j1); });
+  }
+}
+
 }  // namespace gemm_detail
 
 #if defined(__x86_64__)
@@ -144,23 +161,15 @@ inline Cut cut(int64_t m, int64_t n, int64_t k, bool own_kernel) {
 // as they are, and products from kGemmSplitMacs on are cut into blocks of C for
 // the compute units, large ones included (the kernel has no threads of its
 // own). Its bits do not depend on the cut (sgemm.h), so any unit count gives
-// the same C. Nested in a unit's chunk (a conv's block split), the loop runs
-// inline.
+// the same C.
 inline void gemm_own_kernel(const Mat<float>& a, const Mat<float>& b, float alpha, float beta,
                             float* c, int64_t ldc) {
   const int64_t m = a.rows, k = a.cols, n = b.cols;
-  auto call = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  gemm_detail::for_each_block(m, n, gemm_detail::cut(m, n, k, /*own_kernel=*/true),
+                              [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     sgemm_avx512(i1 - i0, j1 - j0, k, alpha, a.p + i0 * a.rs, a.rs, a.cs, b.p + j0 * b.cs, b.rs,
                  b.cs, beta, c + i0 * ldc + j0, ldc);
-  };
-  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k, /*own_kernel=*/true);
-  if (cut.len == 0) {
-    call(0, m, 0, n);
-  } else if (cut.rows) {
-    acme::common::parallel_for(m, cut.len, [&](int64_t i0, int64_t i1) { call(i0, i1, 0, n); });
-  } else {
-    acme::common::parallel_for(n, cut.len, [&](int64_t j0, int64_t j1) { call(0, m, j0, j1); });
-  }
+  });
 }
 #endif  // __x86_64__
 
@@ -228,34 +237,22 @@ inline void gemm(const char* op, Mat<T> a, Mat<T> b, T alpha, T beta, T* c, int6
     const bool single = static_cast<double>(m) * n * k < kGemmThreadedMacs;
     gemm_detail::use_threads(single ? 1 : gemm_detail::default_threads());
   }
-  // C's block [i0, i0 + mb) x [j0, j0 + nb): rows of A (row-major: a row is
-  // lda apart; transposed: one element) and columns of B likewise.
-  auto call = [&](int64_t i0, int64_t j0, blasint mb, blasint nb) {
+  // Mid-size products (single-threaded BLAS, see above) are cut into blocks
+  // for the compute units, whose BLAS calls use the 1 thread set above (or by
+  // a kAsSet caller). A block's rows of A (row-major: a row is lda apart;
+  // transposed: one element) and columns of B likewise.
+  gemm_detail::for_each_block(m, n, gemm_detail::cut(m, n, k, /*own_kernel=*/false),
+                              [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const T* ap = a.p + i0 * (ta == CblasNoTrans ? lda : 1);
     const T* bp = b.p + j0 * (tb == CblasNoTrans ? 1 : ldb);
     T* cp = c + i0 * ldc + j0;
+    const blasint mb = static_cast<blasint>(i1 - i0), nb = static_cast<blasint>(j1 - j0);
     if constexpr (std::is_same_v<T, float>) {
       scipy_cblas_sgemm(CblasRowMajor, ta, tb, mb, nb, K, alpha, ap, LDA, bp, LDB, beta, cp, LDC);
     } else {
       scipy_cblas_dgemm(CblasRowMajor, ta, tb, mb, nb, K, alpha, ap, LDA, bp, LDB, beta, cp, LDC);
     }
-  };
-  // Mid-size products (single-threaded BLAS, see above): the blocks go to the
-  // compute units, whose BLAS calls use the 1 thread set above (or by a kAsSet
-  // caller). Nested in a unit's chunk (a conv's block split), the loop runs
-  // inline, cut the same way.
-  const gemm_detail::Cut cut = gemm_detail::cut(m, n, k, /*own_kernel=*/false);
-  if (cut.len == 0) {
-    call(0, 0, M, N);
-  } else if (cut.rows) {
-    acme::common::parallel_for(m, cut.len, [&](int64_t i0, int64_t i1) {
-      call(i0, 0, static_cast<blasint>(i1 - i0), N);
-    });
-  } else {
-    acme::common::parallel_for(n, cut.len, [&](int64_t j0, int64_t j1) {
-      call(0, j0, M, static_cast<blasint>(j1 - j0));
-    });
-  }
+  });
 }
 
 }  // namespace acme::kernels::nn
