@@ -45,42 +45,26 @@ struct PackBuffer {
   }
 };
 
-// B (kc x nc at b, strides rs/cs) -> panels of kNr columns, each kc rows of
-// kNr contiguous floats; columns past nc are zero.
-void pack_b(int64_t kc, int64_t nc, const float* b, int64_t rs, int64_t cs, float* out) {
-  for (int64_t j0 = 0; j0 < nc; j0 += kNr, out += kc * kNr) {
-    const int64_t w = std::min(kNr, nc - j0);
-    const float* src = b + j0 * cs;
-    if (cs == 1) {
+// Packs n lines of kc elements (line l, element p at src[l * along + p * depth])
+// into panels of W lines: a panel holds kc groups of W contiguous floats, one
+// per p; lines past n are zero. A's panels are W = kMr rows (along = A's row
+// stride), B's are W = kNr columns (along = B's column stride).
+template <int64_t W>
+void pack_panels(int64_t n, int64_t kc, const float* src, int64_t along, int64_t depth,
+                 float* out) {
+  for (int64_t l0 = 0; l0 < n; l0 += W, out += kc * W) {
+    const int64_t w = std::min(W, n - l0);
+    const float* s = src + l0 * along;
+    if (along == 1) {
       for (int64_t p = 0; p < kc; ++p) {
-        float* dst = out + p * kNr;
-        std::memcpy(dst, src + p * rs, sizeof(float) * w);
-        std::fill(dst + w, dst + kNr, 0.0f);
+        float* dst = out + p * W;
+        std::memcpy(dst, s + p * depth, sizeof(float) * w);
+        std::fill(dst + w, dst + W, 0.0f);
       }
     } else {
-      if (w < kNr) std::fill(out, out + kc * kNr, 0.0f);
-      for (int64_t j = 0; j < w; ++j)
-        for (int64_t p = 0; p < kc; ++p) out[p * kNr + j] = src[j * cs + p * rs];
-    }
-  }
-}
-
-// A (mc x kc at a, strides rs/cs) -> panels of kMr rows, each kc columns of
-// kMr contiguous floats; rows past mc are zero.
-void pack_a(int64_t mc, int64_t kc, const float* a, int64_t rs, int64_t cs, float* out) {
-  for (int64_t i0 = 0; i0 < mc; i0 += kMr, out += kc * kMr) {
-    const int64_t h = std::min(kMr, mc - i0);
-    const float* src = a + i0 * rs;
-    if (rs == 1) {
-      for (int64_t p = 0; p < kc; ++p) {
-        float* dst = out + p * kMr;
-        std::memcpy(dst, src + p * cs, sizeof(float) * h);
-        std::fill(dst + h, dst + kMr, 0.0f);
-      }
-    } else {
-      if (h < kMr) std::fill(out, out + kc * kMr, 0.0f);
-      for (int64_t i = 0; i < h; ++i)
-        for (int64_t p = 0; p < kc; ++p) out[p * kMr + i] = src[i * rs + p * cs];
+      if (w < W) std::fill(out, out + kc * W, 0.0f);
+      for (int64_t l = 0; l < w; ++l)
+        for (int64_t p = 0; p < kc; ++p) out[p * W + l] = s[l * along + p * depth];
     }
   }
 }
@@ -144,10 +128,10 @@ void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
     const int64_t nc = std::min(kNc, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
-      pack_b(kc, nc, b + pc * b_rs + jc * b_cs, b_rs, b_cs, bp);
+      pack_panels<kNr>(nc, kc, b + pc * b_rs + jc * b_cs, b_cs, b_rs, bp);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
-        pack_a(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, ap);
+        pack_panels<kMr>(mc, kc, a + ic * a_rs + pc * a_cs, a_rs, a_cs, ap);
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           for (int64_t ir = 0; ir < mc; ir += kMr) {
             micro_kernel(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
