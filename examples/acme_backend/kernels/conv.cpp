@@ -222,9 +222,9 @@ ConvBlocks conv_blocks(const ConvGeom& g) {
   // A full block's GEMM does Og * K * nb*P multiply-adds in all three
   // directions. From kGemmThreadedMacs on, gemm() spreads it over the units
   // itself (acme's sgemm) or BLAS threads it; below, the units take whole
-  // blocks instead. The cut depends
-  // on the sizes only, never on the unit count: the weight gradient's summation
-  // order follows it, and its bits must not change with the units.
+  // blocks instead. The cut depends on the sizes only, never on the unit
+  // count: the weight gradient's summation order follows it, and its bits must
+  // not change with the units.
   const double macs = static_cast<double>(g.Og()) * g.K() * b.nb * g.P();
   b.split = b.count > 1 && macs < nn::kGemmThreadedMacs;
   b.grain = b.split ? (b.count + kMaxConvChunks - 1) / kMaxConvChunks : b.count;
@@ -439,25 +439,32 @@ std::vector<T> live_weight(const ConvGeom& g, const LiveTaps& t, const T* w) {
   return out;
 }
 
-// The three primitives on the live taps only.
+// conv_fwd and conv_bwd_data on the live taps only: primitive(geometry,
+// weight) writes `out` (out_size elements), which is all zeros when no tap lives.
+template <class T, class Primitive>
+void on_live_taps(const ConvGeom& g, const T* w, T* out, int64_t out_size, Primitive&& primitive) {
+  const LiveTaps t = live_taps(g);
+  if (t.none) return std::fill(out, out + out_size, T(0));
+  if (t.all) return primitive(g, w);
+  const std::vector<T> wl = live_weight(g, t, w);
+  primitive(live_geom(g, t), wl.data());
+}
+
 template <class T>
 void conv_fwd_live(const char* op, const ConvGeom& g, const T* big, const T* w, T* small) {
-  const LiveTaps t = live_taps(g);
-  if (t.none) return std::fill(small, small + g.N * g.O * g.P(), T(0));
-  if (t.all) return conv_fwd<T>(op, g, big, w, small);
-  const std::vector<T> wl = live_weight(g, t, w);
-  conv_fwd<T>(op, live_geom(g, t), big, wl.data(), small);
+  on_live_taps(g, w, small, g.N * g.O * g.P(), [&](const ConvGeom& r, const T* rw) {
+    conv_fwd<T>(op, r, big, rw, small);
+  });
 }
 
 template <class T>
 void conv_bwd_data_live(const char* op, const ConvGeom& g, const T* small, const T* w, T* big) {
-  const LiveTaps t = live_taps(g);
-  if (t.none) return std::fill(big, big + g.N * g.C * g.S(), T(0));
-  if (t.all) return conv_bwd_data<T>(op, g, small, w, big);
-  const std::vector<T> wl = live_weight(g, t, w);
-  conv_bwd_data<T>(op, live_geom(g, t), small, wl.data(), big);
+  on_live_taps(g, w, big, g.N * g.C * g.S(), [&](const ConvGeom& r, const T* rw) {
+    conv_bwd_data<T>(op, r, small, rw, big);
+  });
 }
 
+// conv_bwd_weight on the live taps only; the dead taps' gradient is zero.
 template <class T>
 void conv_bwd_weight_live(const char* op, const ConvGeom& g, const T* big, const T* small, T* gw) {
   const LiveTaps t = live_taps(g);
