@@ -9,6 +9,10 @@ is one image block (so the conv's own block split does not apply) in all three
 directions."""
 
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -113,6 +117,22 @@ def _one_call(a, b):
     return c
 
 
+def _fresh_process(code: str, **env) -> str:
+    """Runs `code` (dedented) in a new interpreter from this folder, with env
+    changes (None: unset); returns its stdout, failing on a non-zero exit."""
+    environ = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env=environ,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 # OpenBLAS kernels whose tiling the bit pattern below was measured on.
 MEASURED_KERNELS = {"Haswell", "Zen"}
 
@@ -127,17 +147,12 @@ def test_split_happens():
     A fresh process with ACME_SGEMM=blas, so float32 goes to OpenBLAS on an
     AVX-512 host too (acme's own sgemm has the same bits cut or not:
     tests/test_acme_sgemm.py)."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
     lib = _openblas()
     lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
     kernel = lib.scipy_openblas_get_corename().decode()
     if kernel not in MEASURED_KERNELS:
         pytest.skip(f"OpenBLAS kernel {kernel}: its tiling was not measured (only {sorted(MEASURED_KERNELS)})")
-    code = textwrap.dedent("""
+    out = _fresh_process("""
         import torch, torch_fl
         import torch_fl_acme._C as native
         from test_gemm_units import _one_call
@@ -154,11 +169,8 @@ def test_split_happens():
         a, b = torch.randn(2000, 100, generator=g), torch.randn(100, 30, generator=g)
         assert torch.equal(torch.mm(a.to("acme"), b.to("acme")).cpu(), _one_call(a, b))
         print("checked")
-    """)
-    env = dict(os.environ, ACME_SGEMM="blas")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=os.path.dirname(os.path.abspath(__file__)))
-    assert proc.returncode == 0 and "checked" in proc.stdout, proc.stderr[-3000:]
+    """, ACME_SGEMM="blas")
+    assert "checked" in out
 
 
 def test_large_gemms_stay_threaded_after_a_small_one():
@@ -166,15 +178,10 @@ def test_large_gemms_stay_threaded_after_a_small_one():
     BLAS to 1 thread, it said 1, and no later GEMM in the process was threaded
     (a ResNet-18 step's first conv GEMM is small). A fresh process: a small mm,
     then a large one at 2 intra-op threads must leave BLAS at 2 threads."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: BLAS runs one thread anyway")
     _openblas()  # skips without the scipy_openblas32 wheel
-    code = textwrap.dedent("""
+    out = _fresh_process("""
         import ctypes, torch, torch_fl, scipy_openblas32
         lib = ctypes.CDLL(f"{scipy_openblas32.get_lib_dir()}/lib{scipy_openblas32.get_library()}.so")
         torch.set_num_threads(2)
@@ -185,11 +192,8 @@ def test_large_gemms_stay_threaded_after_a_small_one():
         big = torch.randn(512, 512, device="acme", dtype=torch.float64)
         torch.mm(big, big)  # 134M multiply-adds: BLAS-threaded
         print(lib.scipy_openblas_get_num_threads())
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split()[-1] == "2", f"BLAS threads after the large GEMM: {proc.stdout!r}"
+    """, OPENBLAS_NUM_THREADS=None)
+    assert out.split()[-1] == "2", f"BLAS threads after the large GEMM: {out!r}"
 
 
 def test_backward_follows_set_num_threads_changed_after_the_first_backward():
@@ -198,16 +202,12 @@ def test_backward_follows_set_num_threads_changed_after_the_first_backward():
     the count of that moment. acme reads the count process-wide: after
     set_num_threads(1) -> backward -> set_num_threads(2), a large GEMM in the
     backward must run BLAS on 2 threads (it ran on 1, and so did every unit
-    loop and acme's own sgemm: bench_acme's multi-thread group runs after its 1-thread one)."""
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
+    loop and acme's own sgemm: bench_acme's multi-thread group runs after its
+    1-thread one)."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: BLAS runs one thread anyway")
     _openblas()  # skips without the scipy_openblas32 wheel
-    code = textwrap.dedent("""
+    out = _fresh_process("""
         import ctypes, threading, torch, torch_fl, scipy_openblas32
         lib = ctypes.CDLL(f"{scipy_openblas32.get_lib_dir()}/lib{scipy_openblas32.get_library()}.so")
 
@@ -231,9 +231,6 @@ def test_backward_follows_set_num_threads_changed_after_the_first_backward():
             BackwardThread.apply(torch.mm(a, b)).sum().backward()
             print(threads, lib.scipy_openblas_get_num_threads())
         assert threading.get_ident() not in BackwardThread.seen, "backward ran on the caller's thread"
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    after = dict(line.split() for line in proc.stdout.strip().splitlines())
+    """, OPENBLAS_NUM_THREADS=None)
+    after = dict(line.split() for line in out.strip().splitlines())
     assert after == {"1": "1", "2": "2"}, f"BLAS threads after each backward: {after}"
