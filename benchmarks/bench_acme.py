@@ -23,7 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import measure  # noqa: E402
+from _timing import measure_interleaved  # noqa: E402
 
 TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2}
 N = 1 << 20
@@ -139,8 +139,14 @@ def run(quick: bool, only: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(threads or default_threads)
         cpu_fns, dev_fns = make("cpu"), make(device)
         for name in cpu_fns:
-            cpu_s = measure(cpu_fns[name], "cpu", min_time, 3 if quick else 5)
-            dev_s = measure(dev_fns[name], device, min_time, 3 if quick else 5)
+            # CPU and acme rounds in turn: the machine's speed drifts over seconds
+            # (CPU's own 2-thread ResNet step moved 28-37 ms between runs when
+            # they were measured one after the other), and the drift must not
+            # land in the ratio.
+            times = measure_interleaved({"cpu": (cpu_fns[name], "cpu"),
+                                         device: (dev_fns[name], device)},
+                                        min_time, 3 if quick else 5)
+            cpu_s, dev_s = times["cpu"], times[device]
             rows.append({"kind": kind, "name": name, "cpu_s": cpu_s, "acme_s": dev_s,
                          "ratio": dev_s / cpu_s, "target": TARGETS.get(kind),
                          "threads": torch.get_num_threads()})

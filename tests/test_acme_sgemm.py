@@ -1,7 +1,8 @@
 """acme's float32 GEMM kernel (examples/acme_backend/kernels/sgemm.h): build and
 run its standalone C++ test program (every operand layout against a
 double-precision reference, tiles' and k blocks' edges, beta == 0 with NaN in C,
-and blocks of C cut anywhere having the bits of one call)."""
+blocks of C cut anywhere having the bits of one call, and no read past an
+operand that ends at an inaccessible page)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ACME = ROOT / "examples" / "acme_backend"
 CXX = os.environ.get("CXX", "g++")
-EXPECTED = ["matches_reference", "beta_zero_ignores_c", "cut_does_not_change_bits"]
+EXPECTED = ["matches_reference", "beta_zero_ignores_c", "cut_does_not_change_bits",
+            "reads_nothing_past_the_operands"]
 
 pytestmark = pytest.mark.build
 
