@@ -82,20 +82,72 @@ int64_t images_per_gemm(const ConvGeom& g) {
   return std::max<int64_t>(1, std::min(nb, g.N));
 }
 
-// im2col of one image/group: big (Cg, D, H, W) dense -> col (K, P) with row
-// stride ld (several images share a column buffer side by side).
-template <class T>
-void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
+// Where im2col/col2im find nb images: image j's big side (Cg, D, H, W) at
+// big + j * big_stride, its columns at col + j * col_stride, each row of the
+// column matrix ld apart. conv's blocks hold their images side by side
+// (col_stride P, ld nb * P); the unfold/fold ops one matrix per image
+// (col_stride K * P, ld P).
+struct ColumnLayout {
+  int64_t nb = 1, big_stride = 0, col_stride = 0, ld = 0;
+};
+
+// f(image, channel) for every image and channel of a layout, split over the
+// compute units: each pair reads and writes a plane and column rows of its
+// own. ~kGrainCheap elements per chunk; one parallel loop for all images,
+// since small feature maps leave one image's channels too little work to
+// wake a unit for.
+template <class F>
+void for_each_image_channel(const ConvGeom& g, const ColumnLayout& l, F&& f) {
   const int64_t Cg = g.Cg();
-  // Channels touch disjoint rows of col and planes of big: split them over
-  // the compute units, ~kGrainCheap elements per chunk.
   const int64_t per_channel = std::max<int64_t>(1, g.kd * g.kh * g.kw * g.P());
-  cm::parallel_for(Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel), [&](int64_t c0, int64_t c1) {
-  for (int64_t c = c0; c < c1; ++c) {
+  cm::parallel_for(l.nb * Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel),
+                   [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) f(i / Cg, i % Cg);
+  });
+}
+
+// A stride-1, undilated 2-d conv whose output has the input's size (3x3 with
+// padding 1, ResNet's convs): each kernel tap's column row is the input plane
+// shifted by (dy, dx), zero where the shift leaves it. im2col then copies one
+// span per tap instead of one short span per output row.
+bool same_size_plane(const ConvGeom& g) {
+  return g.D == 1 && g.Do == 1 && g.kd == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+         g.dw == 1 && g.Ho == g.H && g.Wo == g.W;
+}
+
+// dst (H x W) = plane shifted by (dy, dx): dst[r][c] = plane[r + dy][c + dx],
+// or 0 outside the plane.
+template <class T>
+void shifted_plane(const T* plane, int64_t H, int64_t W, int64_t dy, int64_t dx, T* dst) {
+  if (dy <= -H || dy >= H || dx <= -W || dx >= W) {
+    std::fill(dst, dst + H * W, T(0));
+    return;
+  }
+  const int64_t r0 = std::max<int64_t>(0, -dy), r1 = std::min(H, H - dy);  // rows inside
+  std::fill(dst, dst + r0 * W, T(0));
+  std::fill(dst + r1 * W, dst + H * W, T(0));
+  // Rows r0..r1 in one copy. It also fills the |dx| edge columns of each row
+  // from the neighbouring row (never from outside the plane: the copy starts
+  // and ends |dx| in); they are zeroed after.
+  const int64_t q0 = r0 * W + std::max<int64_t>(0, -dx), q1 = r1 * W - std::max<int64_t>(0, dx);
+  std::memcpy(dst + q0, plane + q0 + dy * W + dx, sizeof(T) * (q1 - q0));
+  const int64_t c0 = dx < 0 ? 0 : W - dx, c1 = dx < 0 ? -dx : W;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t r = r0; r < r1; ++r) dst[r * W + c] = T(0);
+}
+
+// im2col of one channel c of one image: its plane(s) big (D, H, W) -> the
+// column rows of its kernel taps, col (row stride ld).
+template <class T>
+void im2col_channel(const ConvGeom& g, int64_t c, const T* big, T* col, int64_t ld) {
    for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
         T* krow = col + (((c * g.kd + kz) * g.kh + ki) * g.kw + kj) * ld;
+        if (same_size_plane(g)) {
+          shifted_plane(big, g.H, g.W, ki - g.ph, kj - g.pw, krow);
+          continue;
+        }
        for (int64_t od = 0; od < g.Do; ++od) {
         T* row = krow + od * g.Ho * g.Wo;
         const int64_t iz = od * g.sd - g.pd + kz * g.dd;
@@ -103,7 +155,7 @@ void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
           std::fill(row, row + g.Ho * g.Wo, T(0));
           continue;
         }
-        const T* plane = big + (c * g.D + iz) * g.H * g.W;
+        const T* plane = big + iz * g.H * g.W;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           T* dst = row + oh * g.Wo;
@@ -131,19 +183,20 @@ void im2col(const ConvGeom& g, const T* big, T* col, int64_t ld) {
       }
     }
    }
-  }
+}
+
+// im2col of nb images of one group (layout l): big -> col (K rows).
+template <class T>
+void im2col(const ConvGeom& g, const T* big, T* col, const ColumnLayout& l) {
+  for_each_image_channel(g, l, [&](int64_t j, int64_t c) {
+    im2col_channel(g, c, big + j * l.big_stride + c * g.S(), col + j * l.col_stride, l.ld);
   });
 }
 
-// col2im of one image/group: big (Cg, D, H, W) += scatter of col (K, P), row stride ld.
+// col2im of one channel c of one image: big (D, H, W) += the scatter of its
+// kernel taps' column rows, col (row stride ld).
 template <class T>
-void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
-  const int64_t Cg = g.Cg();
-  // Channels touch disjoint rows of col and planes of big: split them over
-  // the compute units, ~kGrainCheap elements per chunk.
-  const int64_t per_channel = std::max<int64_t>(1, g.kd * g.kh * g.kw * g.P());
-  cm::parallel_for(Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel), [&](int64_t c0, int64_t c1) {
-  for (int64_t c = c0; c < c1; ++c) {
+void col2im_channel(const ConvGeom& g, int64_t c, const T* col, int64_t ld, T* big) {
    for (int64_t kz = 0; kz < g.kd; ++kz) {
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
@@ -152,7 +205,7 @@ void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
         const int64_t iz = od * g.sd - g.pd + kz * g.dd;
         if (iz < 0 || iz >= g.D) continue;
         const T* row = krow + od * g.Ho * g.Wo;
-        T* plane = big + (c * g.D + iz) * g.H * g.W;
+        T* plane = big + iz * g.H * g.W;
         for (int64_t oh = 0; oh < g.Ho; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
           if (ih < 0 || ih >= g.H) continue;
@@ -174,7 +227,16 @@ void col2im(const ConvGeom& g, const T* col, int64_t ld, T* big) {
       }
     }
    }
-  }
+}
+
+// col2im of nb images of one group (layout l): big = the scatter of col
+// (overwritten: each plane is zeroed first).
+template <class T>
+void col2im(const ConvGeom& g, const T* col, T* big, const ColumnLayout& l) {
+  for_each_image_channel(g, l, [&](int64_t j, int64_t c) {
+    T* plane = big + j * l.big_stride + c * g.S();
+    std::fill(plane, plane + g.S(), T(0));
+    col2im_channel(g, c, col + j * l.col_stride, l.ld, plane);
   });
 }
 
@@ -275,8 +337,8 @@ template <class T>
 const T* columns(const ConvGeom& g, const ConvBlocks& b, const T* big, int64_t n0, int64_t nb,
                  int64_t grp, T* col) {
   if (b.direct) return big + (n0 * g.C + grp * g.Cg()) * g.S();
-  for (int64_t j = 0; j < nb; ++j)
-    im2col(g, big + ((n0 + j) * g.C + grp * g.Cg()) * g.S(), col + j * g.P(), nb * g.P());
+  im2col(g, big + (n0 * g.C + grp * g.Cg()) * g.S(), col,
+         ColumnLayout{nb, g.C * g.S(), g.P(), nb * g.P()});
   return col;
 }
 
@@ -318,11 +380,8 @@ void conv_bwd_data(const char* op, const ConvGeom& g, const T* small, const T* w
       return;
     }
     nn::gemm<T>(op, A, B, T(1), T(0), col, ld, threads);
-    for (int64_t j = 0; j < nb; ++j) {
-      T* bj = big + ((n0 + j) * g.C + grp * g.Cg()) * g.S();
-      std::fill(bj, bj + g.Cg() * g.S(), T(0));
-      col2im(g, col + j * g.P(), ld, bj);
-    }
+    col2im(g, col, big + (n0 * g.C + grp * g.Cg()) * g.S(),
+           ColumnLayout{nb, g.C * g.S(), g.P(), ld});
   });
 }
 
@@ -740,8 +799,7 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
     using Acc = ACME_T(tag);
     auto x = nn::load<Acc>(op, x4);
     nn::OutBuf<Acc> ob(out);
-    for (int64_t n = 0; n < g.N; ++n)
-      im2col(g, x.data() + n * g.C * g.S(), ob.data() + n * g.K() * g.P(), g.P());
+    im2col(g, x.data(), ob.data(), ColumnLayout{g.N, g.C * g.S(), g.K() * g.P(), g.P()});
     ob.finish(op);
   });
   return out;
@@ -773,9 +831,7 @@ at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
     using Acc = ACME_T(tag);
     auto c = nn::load<Acc>(op, c3);
     nn::OutBuf<Acc> ob(out);
-    std::fill(ob.data(), ob.data() + out.numel(), Acc(0));
-    for (int64_t n = 0; n < g.N; ++n)
-      col2im(g, c.data() + n * g.K() * g.P(), g.P(), ob.data() + n * g.C * g.S());
+    col2im(g, c.data(), ob.data(), ColumnLayout{g.N, g.C * g.S(), g.K() * g.P(), g.P()});
     ob.finish(op);
   });
   return out;

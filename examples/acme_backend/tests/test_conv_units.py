@@ -109,3 +109,41 @@ def test_conv_with_dead_taps_matches_cpu(case, dtype):
         dead[1, 1] = False
         assert torch.count_nonzero(gw[:, :, dead]) == 0, "dead taps got a weight gradient"
         assert torch.count_nonzero(gw[:, :, 1, 1]) == gw[:, :, 1, 1].numel()
+
+
+# Stride-1, undilated convs whose output keeps the input's size (kernels/conv.cpp,
+# shifted_plane): each tap's column row is the input plane shifted, zero outside.
+# (H, W, kernel, padding): square and not, shifts past the plane's edges (5x5 on
+# 1x2), a 1x1 plane, and a tall kernel with no width padding.
+SAME_SIZE_CASES = [
+    (8, 8, (3, 3), (1, 1)),
+    (5, 3, (3, 5), (1, 2)),
+    (1, 2, (5, 5), (2, 2)),
+    (2, 2, (3, 3), (1, 1)),
+    (4, 7, (7, 1), (3, 0)),
+    (1, 1, (1, 1), (0, 0)),
+]
+
+
+@pytest.mark.parametrize("h,w,kernel,padding", SAME_SIZE_CASES)
+def test_same_size_unfold_fold_and_conv_match_cpu(h, w, kernel, padding):
+    """unfold (im2col) copies: equal to CPU's bit for bit; fold (col2im) and
+    the conv's output and gradients, which sum, close to CPU's."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, h, w, generator=g, dtype=torch.float64)
+    cols = torch.randn(3, 5 * kernel[0] * kernel[1], h * w, generator=g, dtype=torch.float64)
+    assert torch.equal(F.unfold(x.to("acme"), kernel, padding=padding).cpu(),
+                       F.unfold(x, kernel, padding=padding))
+    torch.testing.assert_close(F.fold(cols.to("acme"), (h, w), kernel, padding=padding).cpu(),
+                               F.fold(cols, (h, w), kernel, padding=padding))
+    weight = torch.randn(4, 5, *kernel, generator=g)
+    results = {}
+    for device in ("cpu", "acme"):
+        xd = x.float().to(device).requires_grad_()
+        wd = weight.to(device).requires_grad_()
+        out = F.conv2d(xd, wd, padding=padding)
+        assert out.shape[-2:] == (h, w)
+        grads = torch.autograd.grad(out, (xd, wd), torch.ones_like(out))
+        results[device] = [t.detach().cpu() for t in (out, *grads)]
+    for name, a, c in zip(("output", "input grad", "weight grad"), results["acme"], results["cpu"]):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
