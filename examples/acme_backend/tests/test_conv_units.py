@@ -147,3 +147,27 @@ def test_same_size_unfold_fold_and_conv_match_cpu(h, w, kernel, padding):
         results[device] = [t.detach().cpu() for t in (out, *grads)]
     for name, a, c in zip(("output", "input grad", "weight grad"), results["acme"], results["cpu"]):
         torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_dead_taps_of_a_large_weight_do_not_depend_on_unit_count(units):
+    """A late-ResNet weight (256 x 128 x 3 x 3 on a 1x1 map, one live tap):
+    its slice is gathered and its gradient scattered over the units in several
+    chunks; any unit count gives the same bits, and CPU's values."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 128, 1, 1, generator=g)
+    w = torch.randn(256, 128, 3, 3, generator=g)
+    go = torch.randn(4, 256, 1, 1, generator=g)
+
+    def run(device):
+        xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+        out = F.conv2d(xd, wd, padding=1)
+        return [t.detach().cpu() for t in (out, *torch.autograd.grad(out, (xd, wd), go.to(device)))]
+
+    units(1)
+    one = run("acme")
+    for n in (2, 3):
+        units(n)
+        for name, a, b in zip(("output", "input grad", "weight grad"), one, run("acme")):
+            assert torch.equal(a, b), f"{name}: 1 unit and {n} units differ"
+    for name, a, c in zip(("output", "input grad", "weight grad"), one, run("cpu")):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
