@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/parallel.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
@@ -40,6 +41,15 @@ Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
   a.D = t.size(dim);
   for (int64_t d = dim + 1; d < t.dim(); ++d) a.inner *= t.size(d);
   return a;
+}
+
+// f(r0, r1) for the rows [r0, r1) of the outer x inner rows, split over the
+// compute units (~kGrainMath elements per chunk). Rows are independent, so
+// the result has the same bits whatever the split. f keeps its own scratch.
+template <class F>
+void for_rows(const Axis& ax, F&& f) {
+  cm::parallel_for(ax.outer * ax.inner, std::max<int64_t>(1, cm::kGrainMath / std::max<int64_t>(ax.D, 1)),
+                   f);
 }
 
 enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
@@ -82,27 +92,28 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
     auto x = nn::load<Acc>(op, self);
     nn::OutBuf<Acc> ob(out);
     const int64_t D = ax.D, inner = ax.inner;
-    // rows along the softmax dim are contiguous when inner == 1; otherwise
-    // each row is gathered into `in_row` and the result scattered from `out_row`
-    std::vector<Acc> in_row(inner == 1 ? 0 : D), out_row(inner == 1 ? 0 : D), tmp(D);
     // float rows on an AVX2/AVX-512 host: one vectorized pass per step (vec_math.h)
     const auto row_fn = vec::row_f32();
-    for (int64_t o = 0; o < ax.outer; ++o) {
-      for (int64_t i = 0; i < inner; ++i) {
-        const Acc* src = x.data() + o * D * inner + i;
-        Acc* dst = ob.data() + o * D * inner + i;
-        const Acc* row = src;
-        Acc* res = dst;
+    const Acc* xd = x.data();
+    Acc* od = ob.data();
+    for_rows(ax, [&](int64_t r0, int64_t r1) {
+      // rows along the softmax dim are contiguous when inner == 1; otherwise
+      // each row is gathered into `in_row` and the result scattered from `out_row`
+      std::vector<Acc> in_row(inner == 1 ? 0 : D), out_row(inner == 1 ? 0 : D), tmp(D);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t base = (r / inner) * D * inner + r % inner;
+        const Acc* row = xd + base;
+        Acc* res = od + base;
         if (inner != 1) {
-          for (int64_t d = 0; d < D; ++d) in_row[d] = src[d * inner];
+          for (int64_t d = 0; d < D; ++d) in_row[d] = row[d * inner];
           row = in_row.data();
           res = out_row.data();
         }
         softmax_row(kind, row, res, D, tmp.data(), row_fn);
         if (inner != 1)
-          for (int64_t d = 0; d < D; ++d) dst[d * inner] = out_row[d];
+          for (int64_t d = 0; d < D; ++d) od[base + d * inner] = out_row[d];
       }
-    }
+    });
     ob.finish(op);
   });
   return out;
@@ -140,11 +151,11 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
     auto y = nn::load<Acc>(op, output);
     nn::OutBuf<Acc> ob(gi);
     const int64_t D = ax.D, inner = ax.inner;
-    std::vector<Acc> gr(inner == 1 ? 0 : D), yr(inner == 1 ? 0 : D), rr(inner == 1 ? 0 : D);
-    std::vector<Acc> ey(log ? D : 0);
-    for (int64_t o = 0; o < ax.outer; ++o) {
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t base = o * D * inner + i;
+    for_rows(ax, [&](int64_t r0, int64_t r1) {
+      std::vector<Acc> gr(inner == 1 ? 0 : D), yr(inner == 1 ? 0 : D), rr(inner == 1 ? 0 : D);
+      std::vector<Acc> ey(log ? D : 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t base = (r / inner) * D * inner + r % inner;
         const Acc* gp = g.data() + base;
         const Acc* yp = y.data() + base;
         Acc* dst = ob.data() + base;
@@ -171,7 +182,7 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
         if (inner != 1)
           for (int64_t d = 0; d < D; ++d) dst[d * inner] = rr[d];
       }
-    }
+    });
     ob.finish(op);
   });
   return gi;

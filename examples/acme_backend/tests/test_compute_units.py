@@ -185,3 +185,36 @@ def test_reductions_do_not_depend_on_unit_count(units):
     torch.testing.assert_close(four["sum"].double(), x.sum(), rtol=1e-5, atol=1e-3)
     torch.testing.assert_close(four["var"].double(), x.var(), rtol=1e-5, atol=0)
     assert four["argmax"].item() == x.argmax().item()
+
+
+
+def _softmaxes(device):
+    """Softmax and log-softmax, forward and backward, over the last dim
+    (contiguous rows) and a middle one (strided rows), float32 and float64,
+    rows of odd length: {name: (output, input gradient)} on the CPU."""
+    g = torch.Generator().manual_seed(2)
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(61, 7, 67, generator=g, dtype=dtype)
+        go = torch.randn(61, 7, 67, generator=g, dtype=dtype)
+        for dim in (-1, 1):
+            for fn in (torch.softmax, torch.log_softmax):
+                xd = x.to(device).requires_grad_()
+                y = fn(xd, dim)
+                (gx,) = torch.autograd.grad(y, xd, go.to(device))
+                out[f"{fn.__name__} dim {dim} {dtype}"] = (y.detach().cpu(), gx.cpu())
+    return out
+
+
+def test_softmax_rows_do_not_depend_on_unit_count(units):
+    """Softmax rows are split over the units: the same bits on 1 and 4 units,
+    CPU's values."""
+    units(1)
+    one = _softmaxes("acme")
+    units(4)
+    four = _softmaxes("acme")
+    cpu = _softmaxes("cpu")
+    for name in one:
+        for a, b, c in zip(one[name], four[name], cpu[name]):
+            assert torch.equal(_bits(a), _bits(b)), f"{name}: 1 and 4 units differ"
+            torch.testing.assert_close(b, c, msg=lambda m: f"{name}: {m}")
