@@ -164,6 +164,7 @@ bool k_mul__Tensor(at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor k_div_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  if (auto out = vec_binary_f32(self, other, vec::Binary::Div); out.defined()) return out;
   // true division: integers promote to the default float dtype
   const auto compute = float_compute(promote({&self, &other}));
   return binary_kernel<kFloating>("div.Tensor", self, other, compute, div_body());

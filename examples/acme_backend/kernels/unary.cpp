@@ -149,6 +149,7 @@ at::Tensor k_neg(const at::Tensor& self) {
 }
 
 at::Tensor k_sign(const at::Tensor& self) {
+  if (auto out = vec_unary_f32(self, vec::Unary::Sign); out.defined()) return out;
   return unary_kernel<kAll>("sign", self, self.scalar_type(), [](auto tag) {
     using M = opmath_t<ACME_T(tag)>;
     return [](M x) -> M {

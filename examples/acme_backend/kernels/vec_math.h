@@ -24,7 +24,7 @@ enum class Unary : int {
   Sigmoid, Silu, Gelu, GeluTanh, Mish,
   // cheap ones too: without -m flags the compiler has only SSE2 for the scalar
   // loops (floor and round become libm calls there)
-  Floor, Ceil, Round, Trunc, Frac, Neg, Abs, Relu,
+  Floor, Ceil, Round, Trunc, Frac, Neg, Abs, Relu, Sign,
   // with parameters p0, p1 (unused by the ops above)
   LeakyRelu,  // p0 = negative slope
   Softplus,   // p0 = beta, p1 = threshold: x where beta * x > threshold
@@ -40,6 +40,7 @@ enum class Binary : int {
   Pow,               // (base, exponent)
   Maximum,           // (a, b), NaN in either gives NaN
   Minimum,           // (a, b), NaN in either gives NaN
+  Div,               // (a, b); IEEE division: the scalar loop's bits
 };
 
 // One softmax row of n contiguous floats: max (NaN-propagating), exp(x - max)

@@ -176,6 +176,12 @@ void ACME_VEC_NAME(unary_f32_)(Unary op, const float* in, float* out, int64_t n,
     case Unary::Frac: return loop1(in, out, n, [](V x) { return x - x.trunc(); });
     case Unary::Neg: return loop1(in, out, n, [](V x) { return x.neg(); });
     case Unary::Abs: return loop1(in, out, n, [](V x) { return x.abs(); });
+    // (0 < x) - (x < 0), as torch: NaN and -0.0 give +0.0. Comparisons give
+    // all-ones lanes where true; masked with 1.0 they are 1.0 or 0.0.
+    case Unary::Sign:
+      return loop1(in, out, n, [](V x) {
+        return ((x > V(0.f)) & V(1.f)) - ((x < V(0.f)) & V(1.f));
+      });
     // x < 0 is false for NaN: NaN stays NaN, as in torch
     case Unary::Relu: return loop1(in, out, n, [](V x) { return V::blendv(x, V(0.f), x < V(0.f)); });
     case Unary::LeakyRelu:
@@ -220,6 +226,7 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
     // ATen's vector maximum/minimum propagate NaN, as torch.maximum does.
     case Binary::Maximum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::maximum(x, y); });
     case Binary::Minimum: return loop2(a, b, out, n, [](V x, V y) { return at::vec::minimum(x, y); });
+    case Binary::Div: return loop2(a, b, out, n, [](V x, V y) { return x / y; });
   }
 }
 

@@ -30,7 +30,7 @@ def _inputs():
 UNARY = {  # name: (fn, input kind)
     **{n: (getattr(torch, n), "x") for n in (
         "exp", "exp2", "expm1", "sin", "cos", "tan", "atan", "sinh", "cosh", "tanh", "asinh",
-        "erf", "erfc", "sigmoid", "abs", "neg", "floor", "round", "relu")},
+        "erf", "erfc", "sigmoid", "abs", "neg", "floor", "round", "relu", "sign")},
     **{n: (getattr(torch, n), "pos") for n in (
         "sqrt", "rsqrt", "log", "log2", "log10", "log1p", "reciprocal", "lgamma", "acosh")},
     **{n: (getattr(torch, n), "unit") for n in ("asin", "acos", "atanh", "erfinv")},
@@ -42,6 +42,7 @@ UNARY = {  # name: (fn, input kind)
     "softplus": (lambda t: F.softplus(t, beta=2.0, threshold=10.0), "x"),
     "pow_2.5": (lambda t: torch.pow(t, 2.5), "pos"),
     "atan2": (lambda t: torch.atan2(t, t.flip(0) if t.dim() == 1 else t.t().flip(0).t()), "x"),
+    "div": (lambda t: torch.div(t, t.flip(0) if t.dim() == 1 else t.t().flip(0).t()), "x"),
 }
 
 
