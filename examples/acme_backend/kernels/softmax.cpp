@@ -28,6 +28,9 @@ namespace cm = ::acme::common;
 
 struct Axis {
   int64_t outer = 1, D = 1, inner = 1;
+  // Offset of row r (of the outer x inner rows) in the dense array; its
+  // elements are inner apart.
+  int64_t row_start(int64_t r) const { return (r / inner) * D * inner + r % inner; }
 };
 
 Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
@@ -48,8 +51,8 @@ Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
 // the result has the same bits whatever the split. f keeps its own scratch.
 template <class F>
 void for_rows(const Axis& ax, F&& f) {
-  cm::parallel_for(ax.outer * ax.inner, std::max<int64_t>(1, cm::kGrainMath / std::max<int64_t>(ax.D, 1)),
-                   f);
+  const int64_t grain = std::max<int64_t>(1, cm::kGrainMath / std::max<int64_t>(ax.D, 1));
+  cm::parallel_for(ax.outer * ax.inner, grain, f);
 }
 
 enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
@@ -101,7 +104,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
       // each row is gathered into `in_row` and the result scattered from `out_row`
       std::vector<Acc> in_row(inner == 1 ? 0 : D), out_row(inner == 1 ? 0 : D), tmp(D);
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t base = (r / inner) * D * inner + r % inner;
+        const int64_t base = ax.row_start(r);
         const Acc* row = xd + base;
         Acc* res = od + base;
         if (inner != 1) {
@@ -155,7 +158,7 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
       std::vector<Acc> gr(inner == 1 ? 0 : D), yr(inner == 1 ? 0 : D), rr(inner == 1 ? 0 : D);
       std::vector<Acc> ey(log ? D : 0);
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t base = (r / inner) * D * inner + r % inner;
+        const int64_t base = ax.row_start(r);
         const Acc* gp = g.data() + base;
         const Acc* yp = y.data() + base;
         Acc* dst = ob.data() + base;

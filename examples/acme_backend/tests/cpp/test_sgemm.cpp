@@ -162,7 +162,7 @@ struct GuardedFloats {
     map_bytes = body + page;
     map = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) std::abort();
-    mprotect(static_cast<char*>(map) + body, page, PROT_NONE);
+    if (mprotect(static_cast<char*>(map) + body, page, PROT_NONE) != 0) std::abort();
     data = reinterpret_cast<float*>(static_cast<char*>(map) + body - bytes);
   }
   ~GuardedFloats() { munmap(map, map_bytes); }
