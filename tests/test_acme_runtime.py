@@ -27,7 +27,7 @@ CXXFLAGS = ["-O1", "-std=c++20", "-pthread", "-fPIC", "-Wall", "-Wextra", "-Werr
 # Every test the program defines; a missing PASS line means it was skipped or lost.
 EXPECTED_TESTS = [
     "init", "alloc_free_basic", "invalid_arguments", "oom",
-    "coalescing_and_fragmentation", "best_fit", "alignment_config", "copies",
+    "coalescing_and_holes", "best_fit", "alignment_config", "copies",
     "protect_mode", "stream_ordering", "events", "stream_wait_event",
     "sticky_errors", "fork_child_streams", "fault_injection", "options_and_stats",
     "device_loss_and_versions",

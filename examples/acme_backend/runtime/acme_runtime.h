@@ -6,11 +6,13 @@
 // interface (generated/runtime_adapter.h) onto it.
 //
 // The model being simulated:
-// * N devices, each with its own memory arena of fixed capacity (one mmap'd
-//   reservation, pages cost nothing until touched). Allocation is a real
-//   best-fit allocator with coalescing inside that arena, so out-of-memory
-//   and fragmentation are real. Device memory is not host memory: data moves
-//   only through acmeMemcpy* calls.
+// * N devices, each with its own memory of fixed capacity behind an address
+//   space four times larger (one mmap'd reservation, pages cost nothing until
+//   touched). Allocation is a real best-fit allocator with coalescing over the
+//   addresses, so out-of-memory is real, but, as behind a GPU's MMU, free
+//   memory in holes between live blocks still serves a larger block at fresh
+//   addresses. Device memory is not host memory: data moves only through
+//   acmeMemcpy* calls.
 // * Protect mode (env ACME_PROTECT=1 or option "protect"): the arenas are
 //   PROT_NONE except while a kernel or a runtime copy runs anywhere in the
 //   process, so host code touching device memory outside kernels crashes

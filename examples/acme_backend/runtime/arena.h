@@ -19,17 +19,28 @@
 
 namespace acme_internal {
 
-// One device's memory: a reserved mapping and a best-fit allocator over it.
+// One device's memory: `capacity` bytes of memory behind an address space
+// kAddressSpaceFactor times larger (a reserved mapping), with a best-fit
+// allocator over the addresses. Like an accelerator's MMU (and CUDA's driver),
+// an allocation needs free *memory*, not a free hole of its size: a device
+// whose memory is free only in holes between live tensors still serves a
+// large tensor at fresh addresses. (With addresses equal to capacity, one
+// model's leftovers in the caching allocator could strand the next model's
+// 400 MB weight while half the device was free.) Pages are committed only when
+// touched and given back on free, so the spare addresses cost no host memory.
 // Allocator metadata lives outside the arena, so protect mode never has to
 // open the arena for malloc/free.
 class Arena {
  public:
+  static constexpr size_t kAddressSpaceFactor = 4;
+
   Arena(int index, size_t capacity, size_t alignment)
       : index_(index), align_(alignment) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     cap_ = capacity / alignment * alignment;  // usable bytes
+    span_ = cap_ * kAddressSpaceFactor;
     // Over-reserve when alignment exceeds a page so the base can be aligned.
-    map_len_ = round_up(cap_ + (alignment > page ? alignment : 0), page);
+    map_len_ = round_up(span_ + (alignment > page ? alignment : 0), page);
     void* m = mmap(nullptr, map_len_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (m == MAP_FAILED) {
@@ -38,8 +49,8 @@ class Arena {
     }
     map_ = static_cast<char*>(m);
     base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(map_), alignment));
-    free_by_off_.emplace(0, cap_);
-    free_by_size_.emplace(cap_, 0);
+    free_by_off_.emplace(0, span_);
+    free_by_size_.emplace(span_, 0);
     free_bytes_ = cap_;
   }
   ~Arena() {
@@ -52,7 +63,7 @@ class Arena {
   size_t capacity() const { return cap_; }
   bool contains(const void* p) const {
     auto c = static_cast<const char*>(p);
-    return c >= base_ && c < base_ + cap_;
+    return c >= base_ && c < base_ + span_;
   }
 
   // Opens (read/write) or closes (no access) the whole arena.
@@ -70,7 +81,8 @@ class Arena {
     if (bytes > cap_) return oom(bytes, "larger than the device");
     const size_t need = round_up(bytes, align_);
     std::lock_guard<std::mutex> lk(mu_);
-    // Best fit: the smallest free block that holds `need`.
+    if (need > free_bytes_) return oom_locked(bytes);
+    // Best fit: the smallest free address range that holds `need`.
     auto it = free_by_size_.lower_bound({need, 0});
     if (it == free_by_size_.end()) return oom_locked(bytes);
     const size_t size = it->first, off = it->second;
@@ -165,7 +177,7 @@ class Arena {
 
   std::string json() const {
     std::lock_guard<std::mutex> lk(mu_);
-    const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+    const size_t largest = largest_allocation_locked();
     char buf[384];
     std::snprintf(buf, sizeof buf,
                   "{\"index\": %d, \"capacity\": %zu, \"free\": %zu, \"used\": %zu, "
@@ -184,6 +196,13 @@ class Arena {
 
   static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+  // The largest allocation that would succeed now: bounded by the free memory
+  // and by the largest free address range (only the first matters in practice).
+  size_t largest_allocation_locked() const {
+    const size_t hole = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+    return std::min(hole, free_bytes_);
+  }
+
   acmeError_t oom(size_t bytes, const char* why) const {
     size_t f, t;
     info(&f, &t);
@@ -193,7 +212,7 @@ class Arena {
                         " free of " + human_bytes(t) + " capacity");
   }
   acmeError_t oom_locked(size_t bytes) const {
-    const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+    const size_t largest = largest_allocation_locked();
     return fail_str(acmeErrorMemoryAllocation,
                     "acme: out of memory on device " + std::to_string(index_) + ": requested " +
                         human_bytes(bytes) + "; " + human_bytes(free_bytes_) + " free of " +
@@ -215,7 +234,8 @@ class Arena {
 
   int index_;
   size_t align_;
-  size_t cap_ = 0;
+  size_t cap_ = 0;   // memory: what allocations may use in total
+  size_t span_ = 0;  // addresses: kAddressSpaceFactor * cap_
   char* map_ = nullptr;
   size_t map_len_ = 0;
   char* base_ = nullptr;

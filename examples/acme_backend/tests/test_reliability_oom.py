@@ -122,6 +122,33 @@ def test_cached_blocks_are_released_before_oom():
     assert_child_ok(proc)
 
 
+def test_next_model_fits_between_the_last_models_cached_blocks():
+    """Found by running torchvision's family one model after another in one process:
+    vgg11_bn (1.5 GiB of 2) hit OOM after swin_v2_b with 1 GiB free on the device,
+    because swin's cached segments had left the free memory in holes between the
+    new model's tensors. Like a GPU behind its MMU, the device serves a block as
+    large as its free memory whatever the holes: in miniature, one model's cache,
+    then the next model's parameters landing between the cached blocks, then its
+    largest buffer."""
+    proc = run_child("""
+    first = [torch.empty(8 * MiB, dtype=torch.uint8, device="acme") for _ in range(6)]
+    del first  # 48 MiB cached in 8 MiB segments
+    # The next model's 10 MiB parameters do not fit the cached segments: the first
+    # gets new memory next to them, the second makes the allocator release its
+    # cache and retry, and lands where the cache was, leaving 38 MiB behind it.
+    params = [torch.empty(10 * MiB, dtype=torch.uint8, device="acme") for _ in range(2)]
+    assert torch.accelerator.memory_allocated(0) == 20 * MiB
+    # 44 MiB are free, in holes of 38 and 6 MiB: the next 40 MiB still fit.
+    big = torch.empty(40 * MiB, dtype=torch.uint8, device="acme")
+    big.fill_(1)
+    assert int(big[-1]) == 1
+    del big, params
+    assert_baseline()
+    print("CHILD OK")
+    """)
+    assert_child_ok(proc)
+
+
 def test_oom_inside_ops_and_copies_is_recoverable():
     """OOM raised from inside an op (its result), a host->device copy and the
     CPU fallback's copy back; nothing leaks and the device keeps working."""
