@@ -28,6 +28,8 @@ namespace acme_internal {
 // model's leftovers in the caching allocator could strand the next model's
 // 400 MB weight while half the device was free.) Pages are committed only when
 // touched and given back on free, so the spare addresses cost no host memory.
+// Where the process's address space is limited (ulimit -v) and the larger
+// reservation fails, the arena falls back to addresses equal to its capacity.
 // Allocator metadata lives outside the arena, so protect mode never has to
 // open the arena for malloc/free.
 class Arena {
@@ -38,16 +40,18 @@ class Arena {
       : index_(index), align_(alignment) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     cap_ = capacity / alignment * alignment;  // usable bytes
-    span_ = cap_ * kAddressSpaceFactor;
-    // Over-reserve when alignment exceeds a page so the base can be aligned.
-    map_len_ = round_up(span_ + (alignment > page ? alignment : 0), page);
-    void* m = mmap(nullptr, map_len_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (m == MAP_FAILED) {
-      map_ = nullptr;
-      return;
+    for (size_t factor : {kAddressSpaceFactor, size_t{1}}) {
+      span_ = cap_ * factor;
+      // Over-reserve when alignment exceeds a page so the base can be aligned.
+      map_len_ = round_up(span_ + (alignment > page ? alignment : 0), page);
+      void* m = mmap(nullptr, map_len_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+      if (m != MAP_FAILED) {
+        map_ = static_cast<char*>(m);
+        break;
+      }
     }
-    map_ = static_cast<char*>(m);
+    if (!map_) return;
     base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(map_), alignment));
     free_by_off_.emplace(0, span_);
     free_by_size_.emplace(span_, 0);
@@ -182,9 +186,9 @@ class Arena {
     std::snprintf(buf, sizeof buf,
                   "{\"index\": %d, \"capacity\": %zu, \"free\": %zu, \"used\": %zu, "
                   "\"peak_used\": %zu, \"live_allocations\": %zu, \"free_blocks\": %zu, "
-                  "\"largest_free_block\": %zu}",
+                  "\"largest_free_block\": %zu, \"address_space\": %zu}",
                   index_, cap_, free_bytes_, cap_ - free_bytes_, peak_used_, used_.size(),
-                  free_by_off_.size(), largest);
+                  free_by_off_.size(), largest, span_);
     return buf;
   }
 

@@ -149,6 +149,30 @@ def test_next_model_fits_between_the_last_models_cached_blocks():
     assert_child_ok(proc)
 
 
+def test_a_limited_address_space_falls_back_to_capacity_sized_arenas():
+    """Under `ulimit -v` the 4x address reservation can fail; acme then reserves
+    only its capacity (and keeps working) instead of refusing to start."""
+    limit = int(3.5 * (1 << 30))  # torch's own mappings plus 2 x 1 GiB fit; 2 x 4 GiB do not
+    script = textwrap.dedent(f"""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+    import json, torch
+    import torch_fl_acme._C as native
+    x = torch.ones(1 << 20, device="acme:1")
+    assert float(x.sum()) == float(1 << 20)
+    devices = json.loads(native.runtime_get_option("stats"))["devices"]
+    assert [d["capacity"] for d in devices] == [1 << 30] * 2, devices
+    assert all(d["address_space"] in (1 << 30, 4 << 30) for d in devices), devices
+    assert devices[1]["address_space"] == 1 << 30, devices  # the 4x reservation did not fit
+    print("CHILD OK")
+    """)
+    env = dict(os.environ, ACME_MEMORY_CAPACITY="1GiB", ACME_DEVICE_COUNT="2")
+    env.pop("ACME_PROTECT", None)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert_child_ok(proc)
+
+
 def test_oom_inside_ops_and_copies_is_recoverable():
     """OOM raised from inside an op (its result), a host->device copy and the
     CPU fallback's copy back; nothing leaks and the device keeps working."""

@@ -238,7 +238,8 @@ void test_coalescing_and_holes() {
   CHECK(free_of(0) == kCap / 2 - 2 * unit);
   std::string stats = rtm::get_option("stats");
   CHECK(contains(stats, "\"free_blocks\": 4"));
-  CHECK(contains(stats, "\"largest_free_block\": " + std::to_string(2 * unit) + "}"));
+  CHECK(contains(stats, "\"largest_free_block\": " + std::to_string(2 * unit) + ","));
+  CHECK(contains(stats, "\"address_space\": " + std::to_string(4 * kCap) + "}"));
   // Three units are more memory than is free: out of memory, saying how much is.
   void* too_big = nullptr;
   CHECK_ST(rtm::malloc(0, 3 * unit, &too_big), Status::OutOfMemory);
