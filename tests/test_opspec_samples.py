@@ -118,7 +118,8 @@ def test_ops_unique_and_exist():
 
 
 def test_entries_well_formed():
-    allowed = {"op", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance"}
+    allowed = {"op", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance",
+               "cpu_reference_dtype"}
     for fam, e in ENTRIES:
         where = f"{fam}: {e['op']}"
         assert set(e) <= allowed, f"{where}: unknown keys {set(e) - allowed}"
@@ -207,6 +208,16 @@ def test_sample_runs_and_compares_on_cpu(fam, entry, index, dtype):
             return
         tol = (entry.get("tolerance") or {}).get(dtype, {})
         res = compare(op, sample, dtype, "cpu", tol.get("atol"), tol.get("rtol"))
+    except NotImplementedError:
+        if "cpu_reference_dtype" not in entry:
+            raise
+        # CPU refuses this dtype: the reference runs in cpu_reference_dtype, and must
+        # give the same result twice (so a device mismatch is the device's fault)
+        args, kwargs = materialize(sample, dtype)
+        runs = [conf.run_cpu_reference(op, args, kwargs, getattr(torch, dtype), entry["cpu_reference_dtype"])
+                for _ in range(2)]
+        assert runs[0].dtype == getattr(torch, dtype) and torch.equal(runs[0], runs[1])
+        return
     except Exception as exc:  # noqa: BLE001 - re-raised unless CPU lacks the dtype
         if _cpu_dtype_unsupported(exc, dtype):
             pytest.skip(f"CPU has no {dtype} kernel for {op}")

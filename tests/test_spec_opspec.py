@@ -313,3 +313,30 @@ def test_single_spec_error_is_a_spec_error(tmp_path):
     p = write(tmp_path, "family: x\nops: 3\n")
     with pytest.raises(SpecError):
         load_opspecs([p])
+
+
+def test_cpu_reference_dtype(tmp_path):
+    good = write(tmp_path, """
+        family: reduce
+        ops:
+          - op: histc
+            dtypes: [float32, int32]
+            cpu_reference_dtype: float64
+    """)
+    (histc,) = load_opspecs([good])
+    assert histc.cpu_reference_dtype == "float64"
+    bad = write(tmp_path, """
+        family: reduce
+        ops:
+          - op: histc
+            dtypes: [int32]
+            cpu_reference_dtype: int64
+          - op: acme::count
+            schema: "count(Tensor x) -> Tensor"
+            dtypes: [int32]
+            reference: "lambda x: x"
+            cpu_reference_dtype: float64
+    """, name="bad.yaml")
+    errs = errors_of([bad])
+    assert_error(errs, bad, 5, "ops[0].cpu_reference_dtype", "float64 or float32")
+    assert_error(errs, bad, 10, "ops[1].cpu_reference_dtype", "only on aten ops")

@@ -436,9 +436,11 @@ def conformance_cases(backend: Backend, registered: list[str]):
     `functional` (id, op, sample, dtype, atol, rtol) against PyTorch's CPU kernel;
     `variants` (id, kind, variant op, op, sample, dtype, atol, rtol) for the
     registered in-place / out wrappers; `custom` (id, op, reference, sample,
-    dtype, atol, rtol) against the spec's `reference:`; and `skipped` {op: reason}
-    for registered ops that are not compared (shown as pytest skips)."""
+    dtype, atol, rtol) against the spec's `reference:`; `skipped` {op: reason}
+    for registered ops that are not compared (shown as pytest skips); and
+    `cpu_reference_dtypes` {op: dtype} for ops whose spec has `cpu_reference_dtype`."""
     functional, variants, custom, skipped = [], [], [], {}
+    cpu_reference_dtypes = {}
     registered_set = set(registered)
     for spec in backend.ops:
         if spec.op in GLUE_OPS:
@@ -459,6 +461,8 @@ def conformance_cases(backend: Backend, registered: list[str]):
         if not spec.samples:
             skipped[spec.op] = f"no `samples:` in its spec ({spec.file}:{spec.line})"
             continue
+        if spec.cpu_reference_dtype:
+            cpu_reference_dtypes[spec.op] = spec.cpu_reference_dtype
         for dtype in backend.dtypes_for(spec):
             tol = spec.tolerances[dtype]
             for j, sample in enumerate(spec.samples):
@@ -474,7 +478,8 @@ def conformance_cases(backend: Backend, registered: list[str]):
                     if variant in registered_set:
                         variants.append((case_id(variant, dtype, j), kind, variant, spec.op, sample,
                                          dtype, tol.atol, tol.rtol))
-    return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped}
+    return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped,
+            "cpu_reference_dtypes": cpu_reference_dtypes}
 
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:

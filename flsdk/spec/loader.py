@@ -123,7 +123,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         return None
     ok = {key: clean(base + (key,)) for key in
           ("op", "schema", "dtypes", "variants", "autocast", "tolerance", "samples", "skip_conformance",
-           "reference")}
+           "reference", "cpu_reference_dtype")}
     op = entry.get("op") if ok["op"] else None
     custom = op is not None and aten.is_custom(op)
     variants = tuple(entry.get("variants", ())) if ok["variants"] else ()
@@ -142,6 +142,10 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
             except ValueError as exc:
                 errors.add(doc.error(base + ("schema",), str(exc),
                                      f'a schema like "{op.split("::", 1)[1]}(Tensor self) -> Tensor"'))
+        if "cpu_reference_dtype" in entry:
+            errors.add(doc.error(base + ("cpu_reference_dtype",),
+                                 "custom ops are compared with their `reference:`",
+                                 "no `cpu_reference_dtype` on a custom op (only on aten ops)"))
         if variants:
             errors.add(doc.error(base + ("variants",), "variants are generated only for aten ops",
                                  "no variants on a custom op (declare each overload as its own op)"))
@@ -228,6 +232,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         is_custom=custom,
         variant_ops=variant_ops,
         reference=entry.get("reference") if custom else None,
+        cpu_reference_dtype=None if custom else entry.get("cpu_reference_dtype"),
     )
 
 

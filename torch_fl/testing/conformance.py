@@ -220,6 +220,29 @@ def run_op(op_name: str, args: list, kwargs: dict, device: str | torch.device | 
     return op(*args, **kwargs)
 
 
+def run_cpu_reference(op_name: str, args: list, kwargs: dict, dtype: torch.dtype,
+                      cpu_reference_dtype: str | torch.dtype | None = None):
+    """The op on CPU, the conformance reference. When CPU's kernel refuses `dtype`
+    (NotImplementedError: histc on integers, which CUDA takes) and the op spec
+    names a `cpu_reference_dtype`, the op runs on inputs of `dtype` cast to that
+    dtype, and its tensor results are cast back to `dtype`."""
+    try:
+        return run_op(op_name, args, kwargs, "cpu")
+    except NotImplementedError:
+        if cpu_reference_dtype is None:
+            raise
+    wide = parse_dtype(cpu_reference_dtype)
+
+    def widen(x):
+        return x.to(wide) if isinstance(x, torch.Tensor) and x.dtype == dtype else x
+
+    def narrow(x):
+        if isinstance(x, (tuple, list)):
+            return type(x)(narrow(v) for v in x)
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == wide else x
+    return narrow(run_op(op_name, [widen(a) for a in args], {k: widen(v) for k, v in kwargs.items()}, "cpu"))
+
+
 @dataclass
 class CompareResult:
     op: str
@@ -362,12 +385,14 @@ def _accept_equivalent_indices(op_name: str, args: list, kwargs: dict, expected:
 
 def compare(op_name: str, sample: list, dtype: str | torch.dtype,
             device: str | torch.device, atol: float | None = None,
-            rtol: float | None = None, seed: int = 0) -> CompareResult:
+            rtol: float | None = None, seed: int = 0,
+            cpu_reference_dtype: str | None = None) -> CompareResult:
     """Run the op on CPU and on `device` with identical inputs; assert equal results.
 
     Compares the returned value(s) and, for in-place / out ops, the arguments the
     op writes to. Raises AssertionError naming the op, dtype and what differs.
     With device="cpu" this checks that a sample is valid and deterministic.
+    `cpu_reference_dtype`: see run_cpu_reference.
     """
     dtype = parse_dtype(dtype)
     d_atol, d_rtol = default_tolerance(dtype)
@@ -379,7 +404,7 @@ def compare(op_name: str, sample: list, dtype: str | torch.dtype,
     cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
 
     label = f"{op_name} [{dtype}] sample {sample!r}"
-    expected = run_op(op_name, cpu_args, cpu_kwargs, "cpu")
+    expected = run_cpu_reference(op_name, cpu_args, cpu_kwargs, dtype, cpu_reference_dtype)
     actual = run_op(op_name, dev_args, dev_kwargs, device)
 
     errs = _Errors()
@@ -407,7 +432,7 @@ def _written_kwargs(op: torch._ops.OpOverload) -> list[str]:
 def compare_variant(kind: str, variant_name: str, op_name: str, sample: list,
                     dtype: str | torch.dtype, device: str | torch.device,
                     atol: float | None = None, rtol: float | None = None,
-                    seed: int = 0) -> CompareResult | None:
+                    seed: int = 0, cpu_reference_dtype: str | None = None) -> CompareResult | None:
     """The in-place (`add_.Tensor`) or out (`add.out`) variant of a functional op
     on the functional op's samples, CPU vs `device`: the result and every
     argument the variant writes must match. An out variant is held to CPU's
@@ -433,7 +458,7 @@ def compare_variant(kind: str, variant_name: str, op_name: str, sample: list,
         written = _written_kwargs(variant)
         if len(written) != 1:
             raise ValueError(f"{variant_name}: expected one out= argument, schema has {written}")
-        expected = run_op(op_name, cpu_args, cpu_kwargs, "cpu")
+        expected = run_cpu_reference(op_name, cpu_args, cpu_kwargs, dtype, cpu_reference_dtype)
         dev_kwargs[written[0]] = torch.empty(0, dtype=expected.dtype, device=device)
         actual = variant(*dev_args, **dev_kwargs)
         try:
