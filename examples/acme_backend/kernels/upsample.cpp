@@ -1,19 +1,21 @@
-// acme upsampling kernels: upsample_nearest2d and upsample_bilinear2d with
-// their backwards, on (N, C, H, W) inputs; nearest and nearest-exact in 1, 2
-// and 3 spatial dims (N, C, [D, [H,]] W) with their backwards.
+// acme upsampling kernels: upsample_nearest2d, upsample_bilinear2d and
+// upsample_bicubic2d with their backwards, on (N, C, H, W) inputs; nearest and
+// nearest-exact in 1, 2 and 3 spatial dims (N, C, [D, [H,]] W) with their
+// backwards.
 //
 // Source coordinates follow PyTorch's rules exactly (they decide which input
 // pixels an output pixel reads, so they must match bit for bit): an explicit
 // scale factor s maps with 1/s, otherwise with in/out; nearest uses
 // floor(dst * scale) computed in float; bilinear uses the half-pixel rule
 // max(scale * (dst + 0.5) - 0.5, 0), or dst * (in-1)/(out-1) with
-// align_corners.
+// align_corners; bicubic the same without the clamp at 0.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include "kernels.h"
 #include "nn_buffers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -108,7 +110,108 @@ std::vector<Lin<Acc>> linear_map(int64_t in, int64_t out, bool align_corners,
   return m;
 }
 
+// ---- bicubic ----
+// Keys' cubic convolution with A = -0.75, as PyTorch: the source coordinate is not
+// clamped at 0 (the half-pixel rule only), the four taps around floor(src) are
+// clamped into the input when read or accumulated.
+template <class Acc>
+struct Cubic {
+  int64_t i[4];  // input indices of the taps, clamped
+  Acc w[4];      // their weights
+};
+template <class Acc>
+std::vector<Cubic<Acc>> cubic_map(int64_t in, int64_t out, bool align_corners,
+                                  std::optional<double> scale) {
+  constexpr Acc A = Acc(-0.75);
+  std::vector<Cubic<Acc>> m(static_cast<size_t>(out));
+  const Acc s = area_scale<Acc>(in, out, align_corners, scale);
+  for (int64_t o = 0; o < out; ++o) {
+    const Acc src = align_corners ? s * static_cast<Acc>(o) : s * (static_cast<Acc>(o) + Acc(0.5)) - Acc(0.5);
+    const Acc f = std::floor(src);
+    const int64_t i0 = static_cast<int64_t>(f);
+    const Acc t = src - f;
+    const Acc x1 = t + Acc(1), x2 = Acc(1) - t, x3 = Acc(2) - t;  // distances of taps 0, 2, 3
+    auto& c = m[o];
+    c.w[0] = ((A * x1 - Acc(5) * A) * x1 + Acc(8) * A) * x1 - Acc(4) * A;
+    c.w[1] = ((A + Acc(2)) * t - (A + Acc(3))) * t * t + Acc(1);
+    c.w[2] = ((A + Acc(2)) * x2 - (A + Acc(3))) * x2 * x2 + Acc(1);
+    c.w[3] = ((A * x3 - Acc(5) * A) * x3 + Acc(8) * A) * x3 - Acc(4) * A;
+    for (int k = 0; k < 4; ++k) c.i[k] = std::min(std::max(i0 - 1 + k, int64_t{0}), in - 1);
+  }
+  return m;
+}
+
 }  // namespace
+
+at::Tensor k_upsample_bicubic2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                bool align_corners, ::std::optional<double> scales_h,
+                                ::std::optional<double> scales_w) {
+  const char* op = "upsample_bicubic2d";
+  const Shape2d s = forward_shape(op, self, output_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
+  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
+    const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* in = x.data() + pl * H * W;
+      Acc* o = ob.data() + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const auto& h = mh[oh];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const auto& w = mw[ow];
+          Acc acc = 0;
+          for (int r = 0; r < 4; ++r) {  // each row interpolated along x, then the rows along y
+            const Acc* row = in + h.i[r] * W;
+            acc += h.w[r] * (w.w[0] * row[w.i[0]] + w.w[1] * row[w.i[1]] + w.w[2] * row[w.i[2]] +
+                             w.w[3] * row[w.i[3]]);
+          }
+          o[oh * Wo + ow] = acc;
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
+                                         at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                         bool align_corners, ::std::optional<double> scales_h,
+                                         ::std::optional<double> scales_w) {
+  const char* op = "upsample_bicubic2d_backward";
+  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
+  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
+    const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
+    auto g = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* src = g.data() + pl * Ho * Wo;
+      Acc* d = ob.data() + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const auto& h = mh[oh];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const auto& w = mw[ow];
+          const Acc v = src[oh * Wo + ow];
+          for (int r = 0; r < 4; ++r)
+            for (int c = 0; c < 4; ++c) d[h.i[r] * W + w.i[c]] += v * h.w[r] * w.w[c];
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
 
 at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_size,
                                 ::std::optional<double> scales_h,
