@@ -199,3 +199,61 @@ def test_ops_returning_uninitialized_memory_are_compared_by_shape_only():
         assert row["forward"]["status"] == "skip", row
         samples = row["forward"]["samples"]
         assert not samples or samples["random"] == samples["compared"] > 0, row
+
+
+def _tie_op(name):
+    from types import SimpleNamespace
+    return SimpleNamespace(name=name)
+
+
+def test_tie_order_differences_pass_and_wrong_indices_do_not():
+    """sort/argsort/topk/mode may order equal values otherwise than the CPU
+    (PyTorch leaves it unspecified); a wrong value, an index to an unequal
+    value or a repeated index is still a mismatch."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    from torch_fl.testing import opinfo_ties
+    from torch_fl.testing.opinfo_check import _mismatch
+
+    close = lambda a, e: _mismatch(a, e, None, None)  # noqa: E731
+    x = torch.tensor([[1.0, 1.0, 2.0, float("nan")]])
+    sort, sample = _tie_op("sort"), SampleInput(x, args=(1,))
+    vals = torch.tensor([[1.0, 1.0, 2.0, float("nan")]])
+    cpu = (vals, torch.tensor([[0, 1, 2, 3]]))
+    same = lambda out, op=sort, s=sample: opinfo_ties.same_up_to_ties(op, s, out, cpu, "forward", close)  # noqa: E731
+    assert opinfo_ties.applies(sort, sample)
+    assert same((vals, torch.tensor([[1, 0, 2, 3]])))        # the two 1.0s swapped
+    assert not same((vals, torch.tensor([[0, 2, 1, 3]])))    # 1.0 and 2.0 swapped
+    assert not same((vals, torch.tensor([[0, 0, 2, 3]])))    # not a permutation
+    assert not same((vals + 1, torch.tensor([[1, 0, 2, 3]])))  # other values
+    assert not opinfo_ties.applies(sort, SampleInput(x, args=(1,), kwargs={"stable": True}))
+    assert not opinfo_ties.applies(_tie_op("max"), sample)
+    # mode without keepdim: indices lose the dim
+    mode = _tie_op("mode")
+    y = torch.tensor([[3.0, 5.0, 3.0], [4.0, 4.0, 1.0]])
+    mode_cpu = (torch.tensor([3.0, 4.0]), torch.tensor([2, 1]))
+    assert opinfo_ties.same_up_to_ties(mode, SampleInput(y), (mode_cpu[0], torch.tensor([0, 0])),
+                                       mode_cpu, "forward", close)
+    assert not opinfo_ties.same_up_to_ties(mode, SampleInput(y), (mode_cpu[0], torch.tensor([1, 0])),
+                                           mode_cpu, "forward", close)
+    # grad: a swap between equal inputs moves gradient between equal values only
+    g_cpu = (torch.tensor([[0.5, -1.0, 2.0, 0.25]]),)
+    grad = lambda g: opinfo_ties.same_up_to_ties(sort, sample, (torch.tensor([g]),), g_cpu, "grad", close)  # noqa: E731
+    assert grad([-1.0, 0.5, 2.0, 0.25])
+    assert not grad([0.5, 2.0, -1.0, 0.25])
+
+
+def test_half_precision_ties_and_factories_on_real_opinfos():
+    """OpInfo's float16 sort sample (8000 integers in float16: many ties) and
+    linspace with dtype=float16: acme sorts stably (the CPU's unstable sort is
+    not stable there) and computes linspace in double, rounding once (the CPU
+    rounds every step in float16). Both pass, judged as the module doc says."""
+    device = _acme_or_skip()
+    report = opinfo.run_opinfo(device, dtypes=["float16"], phases=["forward", "grad"],
+                               ops=["sort", "linspace"], workers=1, progress=False)
+    rows = {r["op"]: r for r in report.rows}
+    assert rows["sort"]["forward"]["status"] == "pass", rows["sort"]
+    assert "order equal values" in rows["sort"]["forward"]["detail"]
+    assert rows["sort"]["grad"]["status"] == "pass", rows["sort"]
+    assert rows["linspace"]["forward"]["status"] == "pass", rows["linspace"]
+    assert rows["linspace"]["forward"]["samples"]["passed_vs_float64"] > 0

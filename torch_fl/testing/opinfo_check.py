@@ -9,7 +9,7 @@ OpInfo, one dtype and one phase it returns a plain dict:
      "native": True | False | None,     # None: the device never ran a sample
      "fallback_ops": ["aten ops that ran on the CPU fallback"],
      "failing_sample_fallback_ops": [...] | None,   # of the first failing sample
-     "samples": {"total", "compared", "passed", "passed_vs_float64", "mismatch",
+     "samples": {"total", "compared", "passed", "passed_vs_float64", "passed_tie_order", "mismatch",
                  "error", "cpu_error", "random", "no_grad", "cpu_only"}}
 
 Samples come from `op.sample_inputs(device, dtype)`, seeded, as in PyTorch's
@@ -37,6 +37,9 @@ How a sample is judged:
       on the CPU in float64, and the device's error is at most twice the CPU's
       largest error plus the tolerance (passed_vs_float64: summing in another
       order is not wrong)
+    - the op leaves the order of equal values unspecified (sort, argsort,
+      msort, topk, mode, kthvalue, median) and the results differ only in that order
+      (passed_tie_order; see opinfo_ties.py)
 * equal within tolerance        -> pass
 Tolerances: the OpInfo's own toleranceOverride for the CPU-vs-device test
 (TestCommon.test_compare_cpu) when it has one, else torch.testing.assert_close's
@@ -50,6 +53,8 @@ from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
+
+from . import opinfo_ties
 
 __all__ = ["check_opinfo", "opinfo_id", "compare_tolerance", "opinfo_skip_reason"]
 
@@ -293,7 +298,8 @@ def _grads(op, sample, seed: int):
 
 class _Tally:
     def __init__(self):
-        self.counts = dict(total=0, compared=0, passed=0, passed_vs_float64=0, mismatch=0,
+        self.counts = dict(total=0, compared=0, passed=0, passed_vs_float64=0, passed_tie_order=0,
+                           mismatch=0,
                            error=0, cpu_error=0, random=0, no_grad=0, cpu_only=0)
         self.first = {}       # kind -> first detail line
         self.fallback = set()
@@ -314,9 +320,13 @@ class _Tally:
         elif c["mismatch"]:
             status, detail = "mismatch", self.first["mismatch"]
         elif c["passed"]:
-            status, detail = "pass", None
+            status, notes = "pass", []
             if c["random"]:
-                detail = (f"{c['random']} random sample(s) compared by shapes and dtypes only")
+                notes.append(f"{c['random']} random sample(s) compared by shapes and dtypes only")
+            if c["passed_tie_order"]:
+                notes.append(f"{c['passed_tie_order']} sample(s) order equal values otherwise than "
+                             "the CPU (unspecified)")
+            detail = "; ".join(notes) or None
         elif c["random"]:
             status, detail = "skip", ("random op: its output depends on the RNG state; "
                                       "shapes and dtypes match")
@@ -463,6 +473,11 @@ def _check_sample(op, sample, index, device, phase, seed, atol, rtol, fallback, 
         tally.note("passed_vs_float64")
         tally.counts["passed"] += 1
         return
+    if opinfo_ties.applies(op, spare) and opinfo_ties.same_up_to_ties(
+            op, spare, actual, expected, phase, lambda a, e: _mismatch(a, e, atol, rtol)):
+        tally.note("passed_tie_order")
+        tally.counts["passed"] += 1
+        return
     tally.note("mismatch", f"{where}: {diff}", used)
 
 
@@ -500,9 +515,13 @@ def _is_random(rerun, expected, seed, atol, rtol) -> bool:
 
 
 def _to_float64(sample):
+    low = (torch.float32, torch.float16, torch.bfloat16)
+
     def up(x, key):
-        if isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        if isinstance(x, torch.Tensor) and x.dtype in low:
             return x.detach().double().requires_grad_(x.requires_grad)
+        if key == "dtype" and x in low:  # factories (linspace(..., dtype=torch.half))
+            return torch.float64
         return x
 
     return _map_sample(sample, up)
