@@ -38,12 +38,14 @@ at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, c
   ACME_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), op,
              "upper bound and larger bound inconsistent with step sign");
   int64_t n;
-  const bool integral = c10::isIntegralType(out.scalar_type(), true) && start.isIntegral(false) &&
-                        end.isIntegral(false) && step.isIntegral(false);
-  if (integral) {
-    // exact integer size: ceil((end - start) / step)
-    const int64_t si = start.toLong(), ei = end.toLong(), di = step.toLong();
-    n = (ei - si + di + (di > 0 ? -1 : 1)) / di;
+  if (out.scalar_type() == at::kLong) {
+    // torch's rule for int64 (its precision exceeds double's): start, end and
+    // step are truncated to int64 first and the size is an integer division,
+    // so arange(0, 3.1, dtype=long) is [0, 1, 2] while other dtypes get 4 values
+    const int64_t si = start.to<int64_t>(), ei = end.to<int64_t>(), di = step.to<int64_t>();
+    ACME_CHECK_VALUE(di != 0, op, "step must be nonzero");  // a ValueError, as CPU's
+    const int64_t sgn = (di > 0) - (di < 0);
+    n = (ei - si + di - sgn) / di;
   } else {
     n = static_cast<int64_t>(std::ceil((e - s) / d));
   }
@@ -77,9 +79,13 @@ at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64
   return out;
 }
 
-// base ** linspace(start, end, steps), with torch's CPU arithmetic: the
-// exponent computed in the output dtype (double for integer outputs) from
-// both ends, the power in double; a single step is base ** start.
+// base ** linspace(start, end, steps), with torch's CPU arithmetic, so that the
+// results are bit-equal to CPU's in every dtype: end - start in the output
+// dtype, the step and the exponent (from both ends) in double, the power in
+// double, rounded once to the output dtype. (CUDA computes the exponent in the
+// output dtype, which is a rounding worse in float16/bfloat16: logspace(0, 4, 4)
+// in bfloat16 would give 21.625 for 10 ** (4/3) = 21.54.) A single step is
+// base ** start.
 at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base,
                            at::Tensor& out) {
   const char* op = "logspace.out";
@@ -91,16 +97,15 @@ at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64
     if constexpr (std::is_same_v<T, bool>) {
       return cvt<T>(std::pow(base, steps == 1 ? start.to<double>() : 0.0));
     } else {
-      using S = std::conditional_t<std::is_integral_v<T>, double, T>;
       double v;
       if (steps == 1) {
         v = std::pow(base, start.to<double>());
       } else {
         const T st = start.to<T>(), en = end.to<T>();
-        const S step = (static_cast<S>(en) - static_cast<S>(st)) / static_cast<S>(steps - 1);
-        const S e = i < half ? static_cast<S>(static_cast<S>(st) + step * static_cast<S>(i))
-                             : static_cast<S>(static_cast<S>(en) - step * static_cast<S>(steps - i - 1));
-        v = std::pow(base, static_cast<double>(static_cast<opmath_t<S>>(e)));
+        const double step = static_cast<double>(en - st) / static_cast<double>(steps - 1);
+        const double e = i < half ? static_cast<double>(st) + step * static_cast<double>(i)
+                                  : static_cast<double>(en) - step * static_cast<double>(steps - i - 1);
+        v = std::pow(base, e);
       }
       if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
       else return cvt<T>(v);

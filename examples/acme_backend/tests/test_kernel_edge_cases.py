@@ -59,6 +59,33 @@ def test_linspace_one_step_is_start(start, end, no_fallback):
     torch.testing.assert_close(torch.linspace(start, end, 2, device=DEVICE).cpu(), torch.linspace(start, end, 2))
 
 
+# OpInfo arange, int64: torch truncates float start/end/step to int64 before
+# sizing an int64 range (an integer division), every other dtype sizes it in double
+@pytest.mark.parametrize("args", [(0, 3.1), (0.0, -8.000001, -4.0), (1.0, 5.000001, 2.0),
+                                  (-0.9, 2.1, 2.0), (2.1, -2.9, -1.0), (0, 10, 3)])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float16, torch.float32])
+def test_arange_sizes_int64_ranges_from_truncated_bounds(args, dtype, no_fallback):
+    cpu = torch.arange(*args, dtype=dtype)
+    dev = torch.arange(*args, dtype=dtype, device=DEVICE).cpu()
+    assert dev.tolist() == cpu.tolist()
+
+
+def test_arange_int64_step_truncated_to_zero_is_refused_like_cpu():
+    with pytest.raises(ValueError, match="step must be nonzero"):
+        torch.arange(0, 3, 0.5, dtype=torch.int64)
+    with pytest.raises(ValueError, match="acme: arange.start_out: step must be nonzero"):
+        torch.arange(0, 3, 0.5, dtype=torch.int64, device=DEVICE)
+
+
+# logspace with CPU's arithmetic (exponent in double): bit-equal in every dtype
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("args", [(0, 4, 4), (2, 4, 2), (-1.5, 2.5, 7), (0, 2, 5, 2.0)])
+def test_logspace_bit_equal_to_cpu(args, dtype, no_fallback):
+    cpu = torch.logspace(*args, dtype=dtype)
+    dev = torch.logspace(*args, dtype=dtype, device=DEVICE).cpu()
+    assert torch.equal(dev, cpu), (dev, cpu)
+
+
 def test_masked_fill_mask_larger_than_self_broadcasts_self(no_fallback):
     g = torch.Generator().manual_seed(0)
     x, mask = torch.randn(5, generator=g), torch.rand(4, 5, generator=g) > 0.5

@@ -17,6 +17,8 @@ namespace acme::common {
 #define ACME_CHECK(cond, op, ...) TORCH_CHECK((cond), "acme: ", (op), ": ", __VA_ARGS__)
 #define ACME_CHECK_INDEX(cond, op, ...) \
   TORCH_CHECK_INDEX((cond), "acme: ", (op), ": ", __VA_ARGS__)
+#define ACME_CHECK_VALUE(cond, op, ...) \
+  TORCH_CHECK_VALUE((cond), "acme: ", (op), ": ", __VA_ARGS__)
 
 // " (device acme:0, dtype float32)" suffix for messages about one tensor.
 inline std::string where(const at::Tensor& t) {
