@@ -113,3 +113,18 @@ def test_in_place_masked_ops_refuse_a_larger_mask_like_cpu(op):
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         getattr(x.to(DEVICE), op)(mask.to(DEVICE), *[a.to(DEVICE) if isinstance(a, torch.Tensor) else a
                                                     for a in args])
+
+
+# bloom's ALiBi slopes: a float 0-dim base raised to an int32 tensor (the
+# family sweep saw pow.Tensor_Tensor fall back); and integer tensors to integer
+# powers, negative ones by torch's rule (1 ** -n = 1, (-1) ** -n = +-1, else 0)
+def test_pow_float_base_int_exponent_and_int_powers(no_fallback):
+    base = torch.tensor(2 ** -0.5)
+    powers = torch.arange(1, 9, dtype=torch.int32)
+    cpu, dev = _both(torch.pow, base, powers)
+    assert dev.dtype == torch.float32
+    assert torch.equal(dev, cpu)
+    ints = torch.tensor([[2, -3, 1, -1, 0, 5]])
+    exps = torch.tensor([[3, 2, -4, -3, 2, -1]])
+    cpu, dev = _both(torch.pow, ints, exps)
+    assert dev.tolist() == cpu.tolist() == [[8, 9, 1, -1, 0, 0]]
