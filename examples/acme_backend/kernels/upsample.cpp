@@ -1,5 +1,6 @@
 // acme upsampling kernels: upsample_nearest2d, upsample_bilinear2d and
-// upsample_bicubic2d with their backwards, on (N, C, H, W) inputs; nearest and
+// upsample_bicubic2d (plain and antialiased) with their backwards, on
+// (N, C, H, W) inputs; nearest and
 // nearest-exact in 1, 2 and 3 spatial dims (N, C, [D, [H,]] W) with their
 // backwards.
 //
@@ -139,6 +140,150 @@ std::vector<Cubic<Acc>> cubic_map(int64_t in, int64_t out, bool align_corners,
     for (int k = 0; k < 4; ++k) c.i[k] = std::min(std::max(i0 - 1 + k, int64_t{0}), in - 1);
   }
   return m;
+}
+
+
+// ---- antialiased bilinear / bicubic (PIL's resampling, as PyTorch) ----
+// Output index o reads the run [xmin[o], xmin[o] + xsize[o]) of the input with
+// normalized weights w[o * K + j]: the filter (a triangle for bilinear, Keys'
+// cubic with A = -0.5 for bicubic) centred on scale * (o + 0.5) and, when
+// downsampling, stretched by the scale so that every input pixel contributes.
+// The arithmetic follows PyTorch's (center, bounds and filter argument rounded
+// where its scalar type rounds them), so the runs are the same.
+template <class Acc>
+struct AaMap {
+  std::vector<int64_t> xmin, xsize;
+  std::vector<Acc> w;
+  int64_t K = 0;  // the widest run
+};
+template <class Acc>
+Acc aa_triangle(Acc x) {
+  x = std::abs(x);
+  return x < Acc(1) ? Acc(1) - x : Acc(0);
+}
+template <class Acc>
+Acc aa_keys_cubic(Acc x) {
+  constexpr Acc A = Acc(-0.5);
+  x = std::abs(x);
+  if (x < Acc(1)) return ((A + Acc(2)) * x - (A + Acc(3))) * x * x + Acc(1);
+  if (x < Acc(2)) return ((A * x - Acc(5) * A) * x + Acc(8) * A) * x - Acc(4) * A;
+  return Acc(0);
+}
+template <class Acc>
+AaMap<Acc> aa_map(int64_t in, int64_t out, bool align_corners, std::optional<double> scale_opt,
+                  bool cubic) {
+  const int interp = cubic ? 4 : 2;
+  const Acc scale = area_scale<Acc>(in, out, align_corners, scale_opt);
+  const Acc support = scale >= Acc(1) ? static_cast<Acc>(interp * 0.5 * scale) : static_cast<Acc>(interp * 0.5);
+  const Acc invscale = scale >= Acc(1) ? static_cast<Acc>(1.0 / scale) : Acc(1);
+  AaMap<Acc> m;
+  m.K = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  m.xmin.resize(out);
+  m.xsize.resize(out);
+  m.w.assign(static_cast<size_t>(out * m.K), Acc(0));
+  for (int64_t o = 0; o < out; ++o) {
+    const Acc center = static_cast<Acc>(scale * (o + 0.5));
+    const int64_t lo = std::max(static_cast<int64_t>(center - support + 0.5), int64_t{0});
+    const int64_t size = std::clamp(std::min(static_cast<int64_t>(center + support + 0.5), in) - lo,
+                                    int64_t{0}, m.K);
+    Acc* w = m.w.data() + o * m.K;
+    Acc total = 0;
+    for (int64_t j = 0; j < size; ++j) {
+      const Acc x = static_cast<Acc>((static_cast<Acc>(j + lo) - center + 0.5) * invscale);
+      w[j] = cubic ? aa_keys_cubic(x) : aa_triangle(x);
+      total += w[j];
+    }
+    if (total != Acc(0))
+      for (int64_t j = 0; j < size; ++j) w[j] /= total;
+    m.xmin[o] = lo;
+    m.xsize[o] = size;
+  }
+  return m;
+}
+
+// One separable pass: `lines` lines of `in` values (stride `step` between a
+// line's values, `next` between lines) resampled to `out` values each.
+template <class Acc>
+void aa_pass(const AaMap<Acc>& m, const Acc* src, Acc* dst, int64_t lines, int64_t out,
+             int64_t step, int64_t next, int64_t dst_step, int64_t dst_next) {
+  for (int64_t l = 0; l < lines; ++l)
+    for (int64_t o = 0; o < out; ++o) {
+      const Acc* x = src + l * next + m.xmin[o] * step;
+      const Acc* w = m.w.data() + o * m.K;
+      Acc acc = 0;
+      for (int64_t j = 0; j < m.xsize[o]; ++j) acc += x[j * step] * w[j];
+      dst[l * dst_next + o * dst_step] = acc;
+    }
+}
+
+at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
+                      bool align_corners, std::optional<double> scales_h,
+                      std::optional<double> scales_w, bool cubic) {
+  const Shape2d s = forward_shape(op, self, output_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
+  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    const int64_t P = N * C;
+    // along W first, then along H, as PyTorch; a dim whose size does not change
+    // is copied, not resampled (PyTorch skips its pass)
+    std::vector<Acc> mid;
+    const Acc* rows = x.data();
+    if (W != Wo) {
+      mid.resize(static_cast<size_t>(P * H * Wo));
+      aa_pass(aa_map<Acc>(W, Wo, align_corners, scales_w, cubic), x.data(), mid.data(), P * H, Wo,
+              1, W, 1, Wo);
+      rows = mid.data();
+    }
+    if (H != Ho) {
+      const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, cubic);
+      for (int64_t pl = 0; pl < P; ++pl)
+        aa_pass(mh, rows + pl * H * Wo, ob.data() + pl * Ho * Wo, Wo, Ho, Wo, 1, Wo, 1);
+    } else {
+      std::copy(rows, rows + P * H * Wo, ob.data());
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+// The adjoint of the forward, not separable (PyTorch's backward computes the
+// same weights and scatters every output's gradient over its window).
+at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
+                       at::IntArrayRef input_size, bool align_corners,
+                       std::optional<double> scales_h, std::optional<double> scales_w, bool cubic) {
+  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
+  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
+  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, cubic);
+    const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, cubic);
+    auto g = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    for (int64_t pl = 0; pl < N * C; ++pl) {
+      const Acc* src = g.data() + pl * Ho * Wo;
+      Acc* d = ob.data() + pl * H * W;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const Acc* wy = mh.w.data() + oh * mh.K;
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const Acc* wx = mw.w.data() + ow * mw.K;
+          const Acc v = src[oh * Wo + ow];
+          for (int64_t y = 0; y < mh.xsize[oh]; ++y) {
+            Acc* row = d + (mh.xmin[oh] + y) * W + mw.xmin[ow];
+            for (int64_t x = 0; x < mw.xsize[ow]; ++x) row[x] += wx[x] * wy[y] * v;
+          }
+        }
+      }
+    }
+    ob.finish(op);
+  });
+  return gi;
 }
 
 }  // namespace
@@ -487,6 +632,37 @@ at::Tensor k__upsample_nearest_exact3d_backward(const at::Tensor& grad_output, a
                                                 ::std::optional<double> scales_w) {
   return nearest_nd_backward("_upsample_nearest_exact3d_backward", grad_output, output_size, input_size,
                              {scales_d, scales_h, scales_w}, true);
+}
+
+
+at::Tensor k__upsample_bilinear2d_aa(const at::Tensor& self, at::IntArrayRef output_size,
+                                     bool align_corners, ::std::optional<double> scales_h,
+                                     ::std::optional<double> scales_w) {
+  return aa_forward("_upsample_bilinear2d_aa", self, output_size, align_corners, scales_h, scales_w,
+                    false);
+}
+
+at::Tensor k__upsample_bilinear2d_aa_backward(const at::Tensor& grad_output,
+                                              at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                              bool align_corners, ::std::optional<double> scales_h,
+                                              ::std::optional<double> scales_w) {
+  return aa_backward("_upsample_bilinear2d_aa_backward", grad_output, output_size, input_size,
+                     align_corners, scales_h, scales_w, false);
+}
+
+at::Tensor k__upsample_bicubic2d_aa(const at::Tensor& self, at::IntArrayRef output_size,
+                                    bool align_corners, ::std::optional<double> scales_h,
+                                    ::std::optional<double> scales_w) {
+  return aa_forward("_upsample_bicubic2d_aa", self, output_size, align_corners, scales_h, scales_w,
+                    true);
+}
+
+at::Tensor k__upsample_bicubic2d_aa_backward(const at::Tensor& grad_output,
+                                             at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                             bool align_corners, ::std::optional<double> scales_h,
+                                             ::std::optional<double> scales_w) {
+  return aa_backward("_upsample_bicubic2d_aa_backward", grad_output, output_size, input_size,
+                     align_corners, scales_h, scales_w, true);
 }
 
 }  // namespace acme::kernels
