@@ -462,3 +462,22 @@ def test_equal_values_make_any_matching_index_acceptable():
     accepted = _accept_equivalent_indices("kthvalue", [x, 3, 1], {}, tuple(kth),
                                           (kth[0], torch.tensor([2 if int(kth[1]) == 0 else 0])))
     assert int(accepted[1]) in (0, 2)
+
+
+def test_integer_case_with_a_floating_result_gets_that_dtypes_tolerance():
+    """sqrt of an int64 tensor is float32: an integer case without a spec
+    tolerance compares integer results exactly, a floating one by float32's
+    default (the device may round the last bit otherwise), not bit for bit."""
+    from torch_fl.testing.conformance import _Errors, _case_tolerance, _check
+
+    assert _case_tolerance(torch.int64, None, None) == (None, None)
+    assert _case_tolerance(torch.int64, 0.0, 0.0) == (None, None)   # as generated tests pass it
+    assert _case_tolerance(torch.float16, None, None) == default_tolerance(torch.float16)
+    assert _case_tolerance(torch.int64, 0.5, None) == (0.5, 0.0)
+    expected = torch.tensor([1.0, 2.0, 3.0]).sqrt()
+    one_ulp = torch.nextafter(expected, torch.tensor(10.0))
+    _check(expected, one_ulp, "result", None, None, _Errors())            # float32's default
+    with pytest.raises(AssertionError, match="beyond"):
+        _check(expected, expected * 1.001, "result", None, None, _Errors())
+    with pytest.raises(AssertionError, match="elements differ"):
+        _check(torch.tensor([4, 9]), torch.tensor([4, 8]), "result", None, None, _Errors())
