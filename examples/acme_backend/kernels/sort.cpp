@@ -7,6 +7,7 @@
 
 #include "kernels.h"
 
+#include <ATen/native/TopKImpl.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
@@ -125,14 +126,41 @@ std::tuple<at::Tensor, at::Tensor> k_sort(const at::Tensor& self, int64_t dim, b
   return k_sort_stable(self, false, dim, descending);
 }
 
+// topk selects and orders exactly as CPU's kernel does, ties included: it runs
+// PyTorch's own header-only selection loop (ATen/native/TopKImpl.h: a partial
+// sort, or nth_element then a sort, of (value, index) pairs). Which of several
+// equal values topk returns is unspecified, but MoE routers hit it: bf16 router
+// logits tie at the k-th expert (minimax_m2: 7 of 64 tokens), and a different
+// choice than CPU's routes those tokens to other experts.
 std::tuple<at::Tensor, at::Tensor> k_topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
                                           bool sorted) {
   const char* op = "topk";
-  (void)sorted;  // results are always sorted, which satisfies both settings
   dim = wrap_dim(op, dim, self.dim());
   const int64_t n = self.dim() == 0 ? 1 : self.size(dim);
   ACME_CHECK_INDEX(k >= 0 && k <= n, op, "selected index k out of range");
-  return sorted_prefix(op, self, dim, k, largest);
+  if (self.scalar_type() == at::kBool) return sorted_prefix(op, self, dim, k, largest);
+  Lines l = lines_of(op, self, dim);
+  auto shape = shape_with(self, dim, k, false);
+  at::Tensor values = at::empty(shape, self.options());
+  at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
+  if (values.numel() == 0) return {values, indices};
+  dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* x = static_cast<const T*>(l.src.data_ptr());
+      T* v = static_cast<T*>(values.data_ptr());
+      int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
+      // the B lines of one `a` at once: consecutive lines are one element apart
+      const int64_t strides[3] = {sizeof(T), sizeof(int64_t), sizeof(T)};
+      for (int64_t a = 0; a < l.A; ++a) {
+        char* data[3] = {reinterpret_cast<char*>(v + a * k * l.B), reinterpret_cast<char*>(ix + a * k * l.B),
+                         reinterpret_cast<char*>(const_cast<T*>(x + a * l.N * l.B))};
+        at::native::topk_impl_loop<T, opmath_t<T>>(l.B, l.B, l.B, k, l.N, largest, sorted, data, strides,
+                                                    l.B);
+      }
+    }
+  });
+  return {values, indices};
 }
 
 namespace {

@@ -128,3 +128,24 @@ def test_pow_float_base_int_exponent_and_int_powers(no_fallback):
     exps = torch.tensor([[3, 2, -4, -3, 2, -1]])
     cpu, dev = _both(torch.pow, ints, exps)
     assert dev.tolist() == cpu.tolist() == [[8, 9, 1, -1, 0, 0]]
+
+
+# topk among equal values: PyTorch leaves the choice open, but MoE routers hit it
+# (bf16 router logits tie at the k-th expert: minimax_m2, jetmoe under bf16
+# autocast routed tokens to other experts than CPU). acme runs CPU's own
+# selection loop, so ties, NaN and sorted=False come out as on CPU.
+@pytest.mark.parametrize("n", [8, 64, 1000])
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("sorted_", [True, False])
+def test_topk_picks_among_ties_as_cpu(n, largest, sorted_, no_fallback):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randint(-3, 4, (6, n), generator=g).to(torch.bfloat16)
+    x[0, 1] = math.nan
+    for k in (1, 2, 5):
+        cpu = torch.topk(x, k, largest=largest, sorted=sorted_)
+        dev = torch.topk(x.to(DEVICE), k, largest=largest, sorted=sorted_)
+        assert torch.equal(dev.indices.cpu(), cpu.indices)
+        assert torch.equal(dev.values.cpu().nan_to_num(99), cpu.values.nan_to_num(99))
+    t = torch.randn(4, 6, 7, generator=g)
+    for dim in (0, 1, 2):
+        assert torch.equal(torch.topk(t.to(DEVICE), 3, dim=dim).indices.cpu(), torch.topk(t, 3, dim=dim).indices)
