@@ -169,9 +169,11 @@ Acc aa_keys_cubic(Acc x) {
   if (x < Acc(2)) return ((A * x - Acc(5) * A) * x + Acc(8) * A) * x - Acc(4) * A;
   return Acc(0);
 }
+enum class AaFilter { triangle, keys_cubic };  // bilinear, bicubic
 template <class Acc>
 AaMap<Acc> aa_map(int64_t in, int64_t out, bool align_corners, std::optional<double> scale_opt,
-                  bool cubic) {
+                  AaFilter filter) {
+  const bool cubic = filter == AaFilter::keys_cubic;
   const int interp = cubic ? 4 : 2;
   const Acc scale = area_scale<Acc>(in, out, align_corners, scale_opt);
   const Acc support = scale >= Acc(1) ? static_cast<Acc>(interp * 0.5 * scale) : static_cast<Acc>(interp * 0.5);
@@ -218,7 +220,7 @@ void aa_pass(const AaMap<Acc>& m, const Acc* src, Acc* dst, int64_t lines, int64
 
 at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
                       bool align_corners, std::optional<double> scales_h,
-                      std::optional<double> scales_w, bool cubic) {
+                      std::optional<double> scales_w, AaFilter filter) {
   const Shape2d s = forward_shape(op, self, output_size);
   const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
@@ -234,12 +236,12 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
     const Acc* rows = x.data();
     if (W != Wo) {
       mid.resize(static_cast<size_t>(P * H * Wo));
-      aa_pass(aa_map<Acc>(W, Wo, align_corners, scales_w, cubic), x.data(), mid.data(), P * H, Wo,
+      aa_pass(aa_map<Acc>(W, Wo, align_corners, scales_w, filter), x.data(), mid.data(), P * H, Wo,
               1, W, 1, Wo);
       rows = mid.data();
     }
     if (H != Ho) {
-      const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, cubic);
+      const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
       for (int64_t pl = 0; pl < P; ++pl)
         aa_pass(mh, rows + pl * H * Wo, ob.data() + pl * Ho * Wo, Wo, Ho, Wo, 1, Wo, 1);
     } else {
@@ -254,15 +256,15 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
 // same weights and scatters every output's gradient over its window).
 at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
                        at::IntArrayRef input_size, bool align_corners,
-                       std::optional<double> scales_h, std::optional<double> scales_w, bool cubic) {
+                       std::optional<double> scales_h, std::optional<double> scales_w, AaFilter filter) {
   const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
   const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
   at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, cubic);
-    const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, cubic);
+    const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
+    const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
     auto g = nn::load<Acc>(op, grad_output);
     nn::OutBuf<Acc> ob(gi);
     std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
@@ -634,12 +636,11 @@ at::Tensor k__upsample_nearest_exact3d_backward(const at::Tensor& grad_output, a
                              {scales_d, scales_h, scales_w}, true);
 }
 
-
 at::Tensor k__upsample_bilinear2d_aa(const at::Tensor& self, at::IntArrayRef output_size,
                                      bool align_corners, ::std::optional<double> scales_h,
                                      ::std::optional<double> scales_w) {
   return aa_forward("_upsample_bilinear2d_aa", self, output_size, align_corners, scales_h, scales_w,
-                    false);
+                    AaFilter::triangle);
 }
 
 at::Tensor k__upsample_bilinear2d_aa_backward(const at::Tensor& grad_output,
@@ -647,14 +648,14 @@ at::Tensor k__upsample_bilinear2d_aa_backward(const at::Tensor& grad_output,
                                               bool align_corners, ::std::optional<double> scales_h,
                                               ::std::optional<double> scales_w) {
   return aa_backward("_upsample_bilinear2d_aa_backward", grad_output, output_size, input_size,
-                     align_corners, scales_h, scales_w, false);
+                     align_corners, scales_h, scales_w, AaFilter::triangle);
 }
 
 at::Tensor k__upsample_bicubic2d_aa(const at::Tensor& self, at::IntArrayRef output_size,
                                     bool align_corners, ::std::optional<double> scales_h,
                                     ::std::optional<double> scales_w) {
   return aa_forward("_upsample_bicubic2d_aa", self, output_size, align_corners, scales_h, scales_w,
-                    true);
+                    AaFilter::keys_cubic);
 }
 
 at::Tensor k__upsample_bicubic2d_aa_backward(const at::Tensor& grad_output,
@@ -662,7 +663,7 @@ at::Tensor k__upsample_bicubic2d_aa_backward(const at::Tensor& grad_output,
                                              bool align_corners, ::std::optional<double> scales_h,
                                              ::std::optional<double> scales_w) {
   return aa_backward("_upsample_bicubic2d_aa_backward", grad_output, output_size, input_size,
-                     align_corners, scales_h, scales_w, true);
+                     align_corners, scales_h, scales_w, AaFilter::keys_cubic);
 }
 
 }  // namespace acme::kernels
