@@ -1,12 +1,12 @@
-"""Numerics torch chooses per device type in Python (torch_fl.device_defaults):
-acme gets CUDA's choices for its amp dtypes, not the low-precision fallback."""
+"""Numerics torch chooses per device type in Python tables that name only CUDA
+and the CPU: acme gets CUDA's choice for its amp dtypes, not the low-precision
+fallback (the generated backend's _install_device_defaults)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
 
-import torch_fl.device_defaults as device_defaults
 
 
 # OpInfo nn.functional.linear_cross_entropy.chunked_none, bfloat16, sample 56:
@@ -27,9 +27,11 @@ def chunked_loss(device, options, dtype=torch.bfloat16):
 
 
 def test_hook_is_installed_on_this_torch():
-    assert device_defaults.installed()
-    assert device_defaults.accumulation_dtypes("acme") == {torch.bfloat16, torch.float16}
-    assert device_defaults.accumulation_dtypes("meta") == frozenset()
+    resolve = LinearCrossEntropyOptions._resolve_auto_acc_dtype
+    assert hasattr(resolve, "__wrapped__"), "torch 2.13's table moved: the backend's hook did nothing"
+    for dtype in (torch.bfloat16, torch.float16):   # device.yaml's amp_dtypes
+        assert resolve(dtype, torch.device("acme")) == torch.float32
+        assert resolve(dtype, torch.device("acme:1")) == torch.float32
 
 
 def test_chunked_linear_cross_entropy_accumulates_in_float32():
