@@ -1,6 +1,7 @@
 // acme upsampling kernels: upsample_nearest2d, upsample_bilinear2d and
 // upsample_bicubic2d (plain and antialiased) with their backwards, on
-// (N, C, H, W) inputs; nearest and
+// (N, C, H, W) inputs; linear (1-d) and trilinear (3-d) with their backwards;
+// nearest and
 // nearest-exact in 1, 2 and 3 spatial dims (N, C, [D, [H,]] W) with their
 // backwards.
 //
@@ -520,6 +521,115 @@ NearestGeom nearest_geometry(const char* op, at::IntArrayRef in_sizes, at::IntAr
   return g;
 }
 
+// ---- linear (1-d) and trilinear (3-d), as bilinear per dim ----
+// Planes and per-dim linear maps of (N, C, D, H, W); a missing dim reads index 0
+// with weight 1.
+template <class Acc>
+struct LinearGeom {
+  int64_t planes = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+  std::vector<Lin<Acc>> md{{0, 0, Acc(1), Acc(0)}}, mh{{0, 0, Acc(1), Acc(0)}}, mw{{0, 0, Acc(1), Acc(0)}};
+};
+
+template <class Acc>
+LinearGeom<Acc> linear_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
+                                bool align_corners, const std::vector<std::optional<double>>& scales) {
+  const size_t spatial = scales.size();
+  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
+             output_size);
+  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
+             in_sizes);
+  LinearGeom<Acc> g;
+  g.planes = in_sizes[0] * in_sizes[1];
+  int64_t* in_d[3] = {&g.D, &g.H, &g.W};
+  int64_t* out_d[3] = {&g.Do, &g.Ho, &g.Wo};
+  std::vector<Lin<Acc>>* maps[3] = {&g.md, &g.mh, &g.mw};
+  for (size_t k = 0; k < spatial; ++k) {
+    const size_t slot = 3 - spatial + k;
+    const int64_t in = in_sizes[2 + k], out = output_size[k];
+    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
+               in_sizes, " and output ", output_size);
+    *in_d[slot] = in;
+    *out_d[slot] = out;
+    *maps[slot] = linear_map<Acc>(in, out, align_corners, scales[k]);
+  }
+  return g;
+}
+
+at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef output_size, bool align_corners,
+                     const std::vector<std::optional<double>>& scales) {
+  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
+  ACME_CHECK_T(self.dim() == static_cast<int64_t>(scales.size()) + 2, op, self, "expected ",
+               scales.size() + 2, "-d input (N, C, spatial...), got ", self.sizes());
+  std::vector<int64_t> osz{self.size(0), self.size(1)};
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  ACME_CHECK(output_size.size() == scales.size(), op, "output_size must have ", scales.size(),
+             " values, got ", output_size);
+  at::Tensor out = at::empty(osz, self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto g = linear_geometry<Acc>(op, self.sizes(), output_size, align_corners, scales);
+    auto x = nn::load<Acc>(op, self);
+    nn::OutBuf<Acc> ob(out);
+    Acc* o = ob.data();
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+      const Acc* in = x.data() + pl * g.D * g.H * g.W;
+      for (const auto& d : g.md)
+        for (const auto& h : g.mh)
+          for (const auto& w : g.mw) {
+            auto row = [&](int64_t id, int64_t ih) {
+              const Acc* r = in + (id * g.H + ih) * g.W;
+              return w.l0 * r[w.i0] + w.l1 * r[w.i1];
+            };
+            *o++ = d.l0 * (h.l0 * row(d.i0, h.i0) + h.l1 * row(d.i0, h.i1)) +
+                   d.l1 * (h.l0 * row(d.i1, h.i0) + h.l1 * row(d.i1, h.i1));
+          }
+    }
+    ob.finish(op);
+  });
+  return out;
+}
+
+at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
+                              at::IntArrayRef input_size, bool align_corners,
+                              const std::vector<std::optional<double>>& scales) {
+  if (!(cm::dtype_bit(grad_output.scalar_type()) & nn::kNNFloat))
+    cm::fail_dtype(op, grad_output.device(), grad_output.scalar_type(), nn::kNNFloat);
+  ACME_CHECK(input_size.size() == scales.size() + 2, op, "input_size must have ", scales.size() + 2,
+             " values, got ", input_size);
+  std::vector<int64_t> osz{input_size[0], input_size[1]};
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", osz);
+  at::Tensor gi = at::empty(input_size, grad_output.options());
+  if (gi.numel() == 0) return gi;
+  nn::dispatch_compute(op, grad_output, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    const auto g = linear_geometry<Acc>(op, input_size, output_size, align_corners, scales);
+    auto gr = nn::load<Acc>(op, grad_output);
+    nn::OutBuf<Acc> ob(gi);
+    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+    const Acc* src = gr.data();
+    for (int64_t pl = 0; pl < g.planes; ++pl) {
+      Acc* dst = ob.data() + pl * g.D * g.H * g.W;
+      for (const auto& d : g.md)
+        for (const auto& h : g.mh)
+          for (const auto& w : g.mw) {
+            const Acc v = *src++;
+            const int64_t id[2] = {d.i0, d.i1}, ih[2] = {h.i0, h.i1}, iw[2] = {w.i0, w.i1};
+            const Acc ld[2] = {d.l0, d.l1}, lh[2] = {h.l0, h.l1}, lw[2] = {w.l0, w.l1};
+            for (int a = 0; a < 2; ++a)
+              for (int b = 0; b < 2; ++b)
+                for (int c = 0; c < 2; ++c)
+                  dst[(id[a] * g.H + ih[b]) * g.W + iw[c]] += ld[a] * lh[b] * lw[c] * v;
+          }
+    }
+    ob.finish(op);
+  });
+  return gi;
+}
+
 at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
                       const std::vector<std::optional<double>>& scales, bool exact) {
   if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
@@ -664,6 +774,33 @@ at::Tensor k__upsample_bicubic2d_aa_backward(const at::Tensor& grad_output,
                                              ::std::optional<double> scales_w) {
   return aa_backward("_upsample_bicubic2d_aa_backward", grad_output, output_size, input_size,
                      align_corners, scales_h, scales_w, AaFilter::keys_cubic);
+}
+
+
+at::Tensor k_upsample_linear1d(const at::Tensor& self, at::IntArrayRef output_size, bool align_corners,
+                               ::std::optional<double> scales) {
+  return linear_nd("upsample_linear1d", self, output_size, align_corners, {scales});
+}
+
+at::Tensor k_upsample_linear1d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                        at::IntArrayRef input_size, bool align_corners,
+                                        ::std::optional<double> scales) {
+  return linear_nd_backward("upsample_linear1d_backward", grad_output, output_size, input_size,
+                            align_corners, {scales});
+}
+
+at::Tensor k_upsample_trilinear3d(const at::Tensor& self, at::IntArrayRef output_size, bool align_corners,
+                                  ::std::optional<double> scales_d, ::std::optional<double> scales_h,
+                                  ::std::optional<double> scales_w) {
+  return linear_nd("upsample_trilinear3d", self, output_size, align_corners, {scales_d, scales_h, scales_w});
+}
+
+at::Tensor k_upsample_trilinear3d_backward(const at::Tensor& grad_output, at::IntArrayRef output_size,
+                                           at::IntArrayRef input_size, bool align_corners,
+                                           ::std::optional<double> scales_d, ::std::optional<double> scales_h,
+                                           ::std::optional<double> scales_w) {
+  return linear_nd_backward("upsample_trilinear3d_backward", grad_output, output_size, input_size,
+                            align_corners, {scales_d, scales_h, scales_w});
 }
 
 }  // namespace acme::kernels
