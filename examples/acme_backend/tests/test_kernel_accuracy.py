@@ -36,6 +36,28 @@ def test_erfinv_matches_float64_over_the_whole_domain():
     assert torch.equal(torch.signbit(got[5:]), torch.tensor([True, False])) and (got[5:] == 0).all()
 
 
+def _ulp_error(got: torch.Tensor, x: torch.Tensor, ref_fn) -> torch.Tensor:
+    """|got - f(x)| in units in the last place of float32 at f(x) (subnormal ULP below)."""
+    ref = ref_fn(x.double())
+    _, exponent = torch.frexp(ref.float().abs().clamp_min(torch.finfo(torch.float32).tiny))
+    ulp = torch.ldexp(torch.ones_like(ref), exponent.to(torch.float64) - 24)
+    return (got.double() - ref).abs() / ulp
+
+
+def test_erfc_matches_float64_within_5_ulp_everywhere():
+    """float32 erfc is acme's own approximation (vec_math_impl.h `erfc_`, two ranges
+    split at |x| = 0.5): within 5 ULP of float64 from -11 to 11, the range split, the
+    subnormal tail near 10 and the values that round to 0 or 2 included, with
+    torch's edges (+inf -> 0, -inf -> 2, NaN -> NaN, +-0 -> 1)."""
+    x = torch.cat([torch.linspace(-11, 11, 2_000_001), torch.linspace(0.49, 0.51, 20001),
+                   -torch.linspace(0.49, 0.51, 20001), torch.linspace(9, 10.1, 100001)])
+    err = _ulp_error(torch.erfc(x.to("acme")).cpu(), x, torch.erfc)
+    assert err.max() <= 5, f"erfc off by {err.max():.2f} ULP at x = {x[err.argmax()].item()!r}"
+    edges = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 10.5, -10.5])
+    got = torch.erfc(edges.to("acme")).cpu()
+    assert got[2].isnan() and got[[0, 1, 3, 4, 5, 6]].tolist() == [0.0, 2.0, 1.0, 1.0, 0.0, 2.0]
+
+
 def test_maximum_minimum_vector_path_matches_cpu_bitwise():
     """float32 maximum/minimum of same-shape dense tensors take the vector path
     (vec_math Binary::Maximum/Minimum): NaN from either side, signed zeros as
