@@ -116,6 +116,20 @@ auto div_body() {
   };
 }
 
+// float32 `self op= number` on the vector units (vec::Unary::MulScalar/AddScalar):
+// what optimizers call per parameter (buf.mul_(momentum), p.mul_(1 - lr * wd)).
+// The plain in-place loop is compiled for SSE2 only. Same IEEE operation, same bits.
+// False when it does not apply; the generic in-place path then runs.
+bool number_inplace_f32(at::Tensor& self, at::ScalarType compute, vec::Unary v, float value) {
+  return compute == at::kFloat && self.scalar_type() == at::kFloat && self.is_contiguous() &&
+         vec_unary_f32_inplace(self, v, value);
+}
+
+// A wrapped Python number's value in the compute dtype, as binary_inplace binds it.
+float wrapped_number_f32(const char* op, const at::Tensor& other) {
+  return *static_cast<const float*>(cast(op, other, at::kFloat).data_ptr());
+}
+
 void check_sub(const char* op, at::ScalarType a, at::ScalarType b) {
   ACME_CHECK(a != at::kBool && b != at::kBool, op,
              "subtraction, the `-` operator, with a bool tensor is not supported. "
@@ -136,6 +150,10 @@ bool k_add__Tensor(at::Tensor& self, const at::Tensor& other, const at::Scalar& 
   const char* op = "add_.Tensor";
   const auto compute = promote({&self, &other});
   check_alpha(op, compute, alpha);
+  if (compute == at::kFloat && is_cpu_scalar(other) &&
+      number_inplace_f32(self, compute, vec::Unary::AddScalar,
+                         alpha.to<float>() * wrapped_number_f32(op, other)))
+    return true;
   return binary_inplace<kAll>(op, self, other, compute, add_body(alpha));
 }
 
@@ -160,7 +178,12 @@ at::Tensor k_mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
 }
 
 bool k_mul__Tensor(at::Tensor& self, const at::Tensor& other) {
-  return binary_inplace<kAll>("mul_.Tensor", self, other, promote({&self, &other}), mul_body());
+  const char* op = "mul_.Tensor";
+  const auto compute = promote({&self, &other});
+  if (compute == at::kFloat && is_cpu_scalar(other) &&
+      number_inplace_f32(self, compute, vec::Unary::MulScalar, wrapped_number_f32(op, other)))
+    return true;
+  return binary_inplace<kAll>(op, self, other, compute, mul_body());
 }
 
 at::Tensor k_div_Tensor(const at::Tensor& self, const at::Tensor& other) {
@@ -586,6 +609,9 @@ bool k_add__Scalar(at::Tensor& self, const at::Scalar& other, const at::Scalar& 
   const char* op = "add_.Scalar";
   const auto compute = promote({&self}, {&other});
   check_alpha(op, compute, alpha);
+  if (compute == at::kFloat &&
+      number_inplace_f32(self, compute, vec::Unary::AddScalar, alpha.to<float>() * other.to<float>()))
+    return true;
   return unary_inplace<kAll>(op, self, compute, add_scalar_body(other, alpha));
 }
 
@@ -608,7 +634,9 @@ at::Tensor k_mul_Scalar(const at::Tensor& self, const at::Scalar& other) {
 }
 
 bool k_mul__Scalar(at::Tensor& self, const at::Scalar& other) {
-  return unary_inplace<kAll>("mul_.Scalar", self, promote({&self}, {&other}), mul_scalar_body(other));
+  const auto compute = promote({&self}, {&other});
+  if (number_inplace_f32(self, compute, vec::Unary::MulScalar, other.to<float>())) return true;
+  return unary_inplace<kAll>("mul_.Scalar", self, compute, mul_scalar_body(other));
 }
 
 at::Tensor k_div_Scalar(const at::Tensor& self, const at::Scalar& other) {

@@ -29,6 +29,8 @@ enum class Unary : int {
   LeakyRelu,  // p0 = negative slope
   Softplus,   // p0 = beta, p1 = threshold: x where beta * x > threshold
   PowScalar,  // p0 = exponent
+  MulScalar,  // p0 * x: exact, as the scalar loop
+  AddScalar,  // x + p0: exact, as the scalar loop
 };
 
 enum class Binary : int {

@@ -31,6 +31,18 @@ inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 =
   return out;
 }
 
+// In place, self = op(self), for a dense float32 self: the plain in-place loops
+// are compiled for SSE2 only. False when it does not apply (the caller's loop runs).
+inline bool vec_unary_f32_inplace(at::Tensor& self, vec::Unary v, float p0 = 0.f, float p1 = 0.f) {
+  auto fn = vec::unary_f32();
+  if (!fn || self.scalar_type() != at::kFloat || !self.is_non_overlapping_and_dense()) return false;
+  float* s = static_cast<float*>(self.data_ptr());
+  common::parallel_for(self.numel(), common::kGrainCheap, [&](int64_t begin, int64_t end) {
+    fn(v, s + begin, s + begin, end - begin, p0, p1);
+  });
+  return true;
+}
+
 // Both inputs float32, same sizes and strides, dense.
 inline at::Tensor vec_binary_f32(const at::Tensor& a, const at::Tensor& b, vec::Binary v) {
   auto fn = vec::binary_f32();

@@ -82,6 +82,29 @@ def test_python_number_operand_is_written_in_place(dtype):
     torch.testing.assert_close(dev.cpu(), x.mul_(3).add_(2).sub_(1))
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 40_000, 100_003])
+def test_float32_number_operands_use_the_vector_units_with_cpus_bits(n):
+    """float32 `x.mul_(number)` / `x.add_(number)`, both the Python-number (.Tensor)
+    and the .Scalar overloads, run on the vector units (vec::Unary::MulScalar and
+    AddScalar): the same IEEE operation as CPU's, so the same bits, for every tail
+    length and for NaN, infinities and signed zeros."""
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * 100
+    x[: min(n, 6)] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 3e38])[: min(n, 6)]
+    calls = {
+        "mul_ number": lambda t: t.mul_(0.9),
+        "mul_ -0.0": lambda t: t.mul_(-0.0),
+        "mul_.Scalar": lambda t: torch.ops.aten.mul_.Scalar(t, 1e-3),
+        "add_ number": lambda t: t.add_(-2.5),
+        "add_ alpha": lambda t: t.add_(torch.tensor(1.5, dtype=torch.float64), alpha=3),
+        "add_.Scalar": lambda t: torch.ops.aten.add_.Scalar(t, 0.25, alpha=-4),
+        "add_ 0.0 to -0.0": lambda t: t.add_(0.0),
+    }
+    for name, call in calls.items():
+        want, got = on_both(call, x)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), name
+
+
 def test_self_as_its_own_operand():
     x = torch.randn(1000)
     want, got = on_both(lambda t: t.mul_(t).add_(t, alpha=2).addcmul_(t, t), x)
