@@ -340,3 +340,47 @@ def test_cpu_reference_dtype(tmp_path):
     errs = errors_of([bad])
     assert_error(errs, bad, 5, "ops[0].cpu_reference_dtype", "float64 or float32")
     assert_error(errs, bad, 10, "ops[1].cpu_reference_dtype", "only on aten ops")
+
+
+def test_cpu_reference_dtype_mapping(tmp_path):
+    good = write(tmp_path, """
+        family: grid_sample
+        ops:
+          - op: grid_sampler_2d
+            dtypes: [float32, bfloat16, float16]
+            cpu_reference_dtype: {bfloat16: float32, float16: float32}
+    """)
+    (spec,) = load_opspecs([good])
+    assert spec.cpu_reference_dtype == {"bfloat16": "float32", "float16": "float32"}
+    bad = write(tmp_path, """
+        family: grid_sample
+        ops:
+          - op: grid_sampler_2d
+            dtypes: [float32, bfloat16]
+            cpu_reference_dtype: {float16: float32}
+          - op: grid_sampler_3d
+            dtypes: [float32, bfloat16]
+            cpu_reference_dtype: {bfloat16: int8}
+    """, name="bad.yaml")
+    errs = errors_of([bad])
+    assert_error(errs, bad, 5, "ops[0].cpu_reference_dtype.float16", "keys among: float32, bfloat16")
+    assert_error(errs, bad, 8, "ops[1].cpu_reference_dtype", "a mapping dtype -> float64 or float32")
+
+
+def test_cpu_reference_mapping_runs_the_named_dtypes_wide():
+    import torch
+
+    from torch_fl.testing import conformance as conf
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 5, 5, generator=g).bfloat16()
+    grid = (torch.rand(1, 4, 4, 2, generator=g) * 2 - 1).bfloat16()
+    args = [x, grid, 1, 0, False]  # nearest: CPU's bfloat16 coordinates pick other pixels
+    mapping = {"bfloat16": "float32"}
+    wide = conf.run_cpu_reference("grid_sampler_2d", args, {}, torch.bfloat16, mapping)
+    assert wide.dtype == torch.bfloat16
+    assert torch.equal(wide, torch.grid_sampler_2d(x.float(), grid.float(), 1, 0, False).bfloat16())
+    # dtypes the mapping does not name: CPU as it is
+    plain = conf.run_cpu_reference("grid_sampler_2d", [x.float(), grid.float(), 1, 0, False], {},
+                                   torch.float32, mapping)
+    assert torch.equal(plain, torch.grid_sampler_2d(x.float(), grid.float(), 1, 0, False))

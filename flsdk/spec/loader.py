@@ -195,6 +195,14 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
                 errors.add(doc.error(base + ("tolerance", key, part), f"{tol[part]!r} is not a finite number",
                                      "a number >= 0"))
 
+    reference_map = entry.get("cpu_reference_dtype")
+    if ok["cpu_reference_dtype"] and isinstance(reference_map, dict) and dtypes is not None:
+        for key in reference_map:
+            if key not in dtypes:
+                errors.add(doc.error(base + ("cpu_reference_dtype", key),
+                                     f"reference dtype for {key!r}, which the op does not list in dtypes",
+                                     "keys among: " + ", ".join(dtypes)))
+
     samples = entry.get("samples", [])
     samples = samples if isinstance(samples, list) else []
     for s, sample in enumerate(samples):

@@ -41,8 +41,9 @@ class OpSpec:
     variant_ops: dict[str, str] = field(default_factory=dict)
     # ^ the requested variants' overload names: {"inplace": "add_.Tensor", "out": "add.out"}
     reference: str | None = None     # custom ops: Python expression of the CPU reference callable
-    cpu_reference_dtype: str | None = None
-    # ^ aten ops: dtype the CPU reference computes in for the dtypes CPU's kernel refuses
+    cpu_reference_dtype: str | dict[str, str] | None = None
+    # ^ aten ops: dtype the CPU reference computes in for the dtypes CPU's kernel refuses,
+    #   or {dtype: reference dtype} for dtypes always compared that way
 
     @property
     def namespace(self) -> str:

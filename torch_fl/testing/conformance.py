@@ -239,17 +239,25 @@ def run_op(op_name: str, args: list, kwargs: dict, device: str | torch.device | 
 
 
 def run_cpu_reference(op_name: str, args: list, kwargs: dict, dtype: torch.dtype,
-                      cpu_reference_dtype: str | torch.dtype | None = None):
-    """The op on CPU, the conformance reference. When CPU's kernel refuses `dtype`
-    (NotImplementedError: histc on integers, which CUDA takes) and the op spec
-    names a `cpu_reference_dtype`, the op runs on inputs of `dtype` cast to that
-    dtype, and its tensor results are cast back to `dtype`."""
-    try:
-        return run_op(op_name, args, kwargs, "cpu")
-    except NotImplementedError:
-        if cpu_reference_dtype is None:
-            raise
-    wide = parse_dtype(cpu_reference_dtype)
+                      cpu_reference_dtype: str | torch.dtype | dict | None = None):
+    """The op on CPU, the conformance reference. The op spec's `cpu_reference_dtype`
+    makes it run on inputs of `dtype` cast to a wider dtype, its tensor results cast
+    back to `dtype`: a dtype name does so when CPU's kernel refuses `dtype`
+    (NotImplementedError: histc on integers, which CUDA takes); a mapping
+    {dtype name: wider dtype name} does so always for the dtypes it names (CPU
+    computing bfloat16 in bfloat16 arithmetic where the device, as CUDA, uses float32)."""
+    if isinstance(cpu_reference_dtype, dict):
+        name = str(dtype).removeprefix("torch.")
+        if name not in cpu_reference_dtype:
+            return run_op(op_name, args, kwargs, "cpu")
+        wide = parse_dtype(cpu_reference_dtype[name])
+    else:
+        try:
+            return run_op(op_name, args, kwargs, "cpu")
+        except NotImplementedError:
+            if cpu_reference_dtype is None:
+                raise
+        wide = parse_dtype(cpu_reference_dtype)
 
     def widen(x):
         return x.to(wide) if isinstance(x, torch.Tensor) and x.dtype == dtype else x
