@@ -197,6 +197,25 @@ void cubic_taps(Acc x0, int64_t size, const Mode& m, int64_t idx[4]) {
   }
 }
 
+// The 4x4 neighbourhood of a point: tap indices (-1 outside), weights and their
+// derivatives in x and y. The weight of tap (i, j) is wx[i] * wy[j].
+template <class Acc>
+struct Bicubic {
+  int64_t x[4], y[4];
+  Acc wx[4], wy[4], dwx[4], dwy[4];
+};
+
+template <class Acc>
+Bicubic<Acc> bicubic_at(Acc ix, Acc iy, int64_t W, int64_t H, const Mode& m) {
+  const Acc x0 = std::floor(ix), y0 = std::floor(iy);
+  Bicubic<Acc> b;
+  cubic_weights(ix - x0, b.wx, b.dwx);
+  cubic_weights(iy - y0, b.wy, b.dwy);
+  cubic_taps(x0, W, m, b.x);
+  cubic_taps(y0, H, m, b.y);
+  return b;
+}
+
 // One grid point: its source coordinates (x, y) in pixels and their slopes in the grid value.
 template <class Acc>
 struct Source {
@@ -254,21 +273,15 @@ void sample_point(const Acc* in, Acc* out, const Shape& s, const Mode& m, const 
     for (int64_t c = 0; c < s.C; ++c)
       out[c * out_plane] = (x >= 0 && y >= 0) ? in[c * plane + y * s.W + x] : Acc(0);
   } else {
-    const Acc x0 = std::floor(p.ix), y0 = std::floor(p.iy);
-    Acc wx[4], wy[4], unused[4];
-    cubic_weights(p.ix - x0, wx, unused);
-    cubic_weights(p.iy - y0, wy, unused);
-    int64_t xs[4], ys[4];
-    cubic_taps(x0, s.W, m, xs);
-    cubic_taps(y0, s.H, m, ys);
+    const auto b = bicubic_at(p.ix, p.iy, s.W, s.H, m);
     for (int64_t c = 0; c < s.C; ++c) {
       const Acc* pl = in + c * plane;
       Acc acc = 0;
       for (int j = 0; j < 4; ++j) {  // each row interpolated along x, then the rows along y
         Acc row = 0;
         for (int i = 0; i < 4; ++i)
-          row += (ys[j] >= 0 && xs[i] >= 0 ? pl[ys[j] * s.W + xs[i]] : Acc(0)) * wx[i];
-        acc += row * wy[j];
+          row += (b.y[j] >= 0 && b.x[i] >= 0 ? pl[b.y[j] * s.W + b.x[i]] : Acc(0)) * b.wx[i];
+        acc += row * b.wy[j];
       }
       out[c * out_plane] = acc;
     }
@@ -309,24 +322,18 @@ void point_backward(const Acc* go, const Acc* in, Acc* gin, Acc* ggrid, const Sh
       for (int64_t c = 0; c < s.C; ++c) gin[c * plane + y * s.W + x] += go[c * out_plane];
     return;
   } else {
-    const Acc x0 = std::floor(p.ix), y0 = std::floor(p.iy);
-    Acc wx[4], wy[4], dwx[4], dwy[4];
-    cubic_weights(p.ix - x0, wx, dwx);
-    cubic_weights(p.iy - y0, wy, dwy);
-    int64_t xs[4], ys[4];
-    cubic_taps(x0, s.W, m, xs);
-    cubic_taps(y0, s.H, m, ys);
+    const auto b = bicubic_at(p.ix, p.iy, s.W, s.H, m);
     for (int64_t c = 0; c < s.C; ++c) {
       const Acc g = go[c * out_plane];
       const Acc* pl = in + c * plane;
       for (int j = 0; j < 4; ++j)
         for (int i = 0; i < 4; ++i) {
-          if (ys[j] < 0 || xs[i] < 0) continue;
-          const int64_t at = ys[j] * s.W + xs[i];
-          if (gin) gin[c * plane + at] += g * wx[i] * wy[j];
+          if (b.y[j] < 0 || b.x[i] < 0) continue;
+          const int64_t at = b.y[j] * s.W + b.x[i];
+          if (gin) gin[c * plane + at] += g * b.wx[i] * b.wy[j];
           const Acc v = pl[at] * g;
-          gx += v * dwx[i] * wy[j];
-          gy += v * wx[i] * dwy[j];
+          gx += v * b.dwx[i] * b.wy[j];
+          gy += v * b.wx[i] * b.dwy[j];
         }
     }
   }
