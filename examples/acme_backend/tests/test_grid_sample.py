@@ -1,10 +1,10 @@
 """F.grid_sample on acme, as users call it (kernels/grid_sample.cpp): every
 interpolation and padding mode, both align_corners, forward and both gradients
-(input and grid) through autograd, against CPU. The generated conformance cases
-cover three samples of each op; these cover the 18 mode combinations, grid points
-far outside the image (where reflection folds several times), points on pixel
-edges, non-finite points, half precision, the unit count, a spatial transformer
-step and the errors."""
+(input and grid) through autograd, against CPU, on 4-d and 5-d inputs. The
+generated conformance cases cover three samples of each op; these cover the 18
+(2-d) and 12 (3-d) mode combinations, grid points far outside the image (where
+reflection folds several times), points on pixel edges, non-finite points, half
+precision, the unit count, a spatial transformer step and the errors."""
 
 import itertools
 
@@ -46,6 +46,46 @@ def test_every_mode_matches_cpu_forward_and_gradients(mode, padding, align_corne
         torch.testing.assert_close(g, w, **tol, msg=lambda m, n=name: f"{n}: {m}")
     if mode == "nearest":  # piecewise constant: no gradient flows to the grid
         assert (got[2] == 0).all()
+
+
+def _volume_case(seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 4, 5, 6, generator=g, dtype=torch.float64).to(dtype)
+    grid = ((torch.rand(2, 3, 4, 2, 3, generator=g, dtype=torch.float64) * 2 - 1) * 2.5).to(dtype)
+    return x, grid
+
+
+@pytest.mark.parametrize("mode,padding,align_corners",
+                         list(itertools.product(["bilinear", "nearest"], PADDINGS, [False, True])))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_volumes_every_mode_matches_cpu(mode, padding, align_corners, dtype, no_fallback):
+    """5-d inputs (grid_sampler_3d): trilinear and nearest, forward and both gradients."""
+    x, grid = _volume_case(len(mode) + 7 * len(padding) + align_corners, dtype)
+    want = _sample_and_grads(x, grid, mode, padding, align_corners, "cpu")
+    got = _sample_and_grads(x, grid, mode, padding, align_corners, DEVICE)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-12)
+    for name, g, w in zip(("output", "input grad", "grid grad"), got, want):
+        assert g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_volumes_in_half_precision_are_float32_math_rounded_once(dtype, no_fallback):
+    x, grid = _volume_case(11, dtype)
+    got = F.grid_sample(x.to(DEVICE), grid.to(DEVICE), mode="bilinear", padding_mode="reflection",
+                        align_corners=True).cpu()
+    want = F.grid_sample(x.float(), grid.float(), mode="bilinear", padding_mode="reflection",
+                         align_corners=True).to(dtype)
+    assert torch.equal(got, want)
+
+
+def test_volumes_have_no_bicubic_mode():
+    x = torch.randn(1, 1, 2, 2, 2, device=DEVICE)
+    grid = torch.zeros(1, 1, 1, 1, 3, device=DEVICE)
+    with pytest.raises(RuntimeError, match=r"bicubic.*only supports 4-d input"):
+        torch.grid_sampler_3d(x, grid, 2, 0, False)
+    with pytest.raises(RuntimeError, match=r"grid_sampler_3d.*size 3 in its last dimension"):
+        torch.grid_sampler_3d(x, torch.zeros(1, 1, 1, 1, 2, device=DEVICE), 0, 0, False)
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
@@ -108,10 +148,12 @@ def test_half_precision_is_float32_math_rounded_once(dtype, mode, no_fallback):
 
 def test_results_do_not_depend_on_unit_count(units, no_fallback):
     x, grid = _case(5, n=3, c=4, h=9, w=11, ho=17, wo=13)
+    vx, vgrid = _volume_case(6)
     results = []
     for count in (1, 3):
         units(count)
-        results.append(_sample_and_grads(x, grid, "bicubic", "reflection", True, DEVICE))
+        results.append(_sample_and_grads(x, grid, "bicubic", "reflection", True, DEVICE)
+                       + _sample_and_grads(vx, vgrid, "bilinear", "border", False, DEVICE))
     for a, b in zip(*results):
         assert torch.equal(a, b)
 
