@@ -229,14 +229,11 @@ struct Linear {
     return at;
   }
   // The product of the corner's weights along every axis but `skip` (-1: all axes).
+  // Starting from 1 is exact: 1 * w is w.
   Acc weight(int c, int skip = -1) const {
     Acc p = 1;
-    bool first = true;
-    for (int d = 0; d < K; ++d) {
-      if (d == skip) continue;
-      p = first ? w[d][(c >> d) & 1] : p * w[d][(c >> d) & 1];
-      first = false;
-    }
+    for (int d = 0; d < K; ++d)
+      if (d != skip) p *= w[d][(c >> d) & 1];
     return p;
   }
 };
