@@ -119,10 +119,10 @@ auto div_body() {
 // float32 `self op= number` on the vector units (vec::Unary::MulScalar/AddScalar):
 // what optimizers call per parameter (buf.mul_(momentum), p.mul_(1 - lr * wd)).
 // The plain in-place loop is compiled for SSE2 only. Same IEEE operation, same bits.
-// False when it does not apply; the generic in-place path then runs.
+// False when it does not apply; the generic in-place path then runs. Contiguous,
+// as the generic path's inplace_plain asks; vec_unary_f32_inplace checks the dtype.
 bool number_inplace_f32(at::Tensor& self, at::ScalarType compute, vec::Unary v, float value) {
-  return compute == at::kFloat && self.scalar_type() == at::kFloat && self.is_contiguous() &&
-         vec_unary_f32_inplace(self, v, value);
+  return compute == at::kFloat && self.is_contiguous() && vec_unary_f32_inplace(self, v, value);
 }
 
 // A wrapped Python number's value in the compute dtype, as binary_inplace binds it.
