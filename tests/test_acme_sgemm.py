@@ -26,12 +26,14 @@ def test_sgemm_program_passes(tmp_path: Path):
     if shutil.which(CXX) is None:
         pytest.skip(f"no C++ compiler ({CXX}) on PATH")
     exe, kernel = tmp_path / "test_sgemm", tmp_path / "sgemm_avx512.o"
-    common = [CXX, "-O2", "-std=c++20", "-Wall", "-Wextra", "-Werror", f"-I{ACME / 'kernels'}"]
+    common = [CXX, "-O2", "-std=c++20", "-Wall", "-Wextra", "-Werror", f"-I{ACME / 'kernels'}",
+              f"-I{ACME / 'runtime'}"]
     # The kernel's file with the flags cmake/vendor.cmake gives it; the test
     # program without them, as gemm.h's callers are (it checks the CPU first).
     for build in ([*common, "-mavx512f", "-mfma", "-c", str(ACME / "kernels" / "sgemm_avx512.cpp"),
                    "-o", str(kernel)],
-                  [*common, str(ACME / "tests" / "cpp" / "test_sgemm.cpp"), str(kernel), "-o", str(exe)]):
+                  [*common, str(ACME / "tests" / "cpp" / "test_sgemm.cpp"), str(kernel),
+                   str(ACME / "runtime" / "vector_isa.cpp"), "-o", str(exe)]):
         res = subprocess.run(build, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, f"build failed:\n{' '.join(build)}\n{res.stderr}"
     res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)

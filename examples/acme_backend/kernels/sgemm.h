@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "vector_isa.h"
+
 namespace acme::kernels::nn {
 
 // Rows and columns of C one micro-kernel call computes, and the k block.
@@ -42,21 +44,17 @@ void sgemm_avx512(int64_t m, int64_t n, int64_t k, float alpha, const float* a, 
                   int64_t a_cs, const float* b, int64_t b_rs, int64_t b_cs, float beta, float* c,
                   int64_t ldc);
 
-// The CPU has AVX-512F and the environment does not ask for the vendor BLAS
-// (ACME_SGEMM=blas, read once: for comparisons and tests). Inline here, not in
-// sgemm_avx512.cpp: that file is compiled for AVX-512 and must not run first.
+// AVX-512 is the active instruction set (runtime/vector_isa.h: the CPU has it
+// and ACME_ISA did not choose a lower one) and the environment does not ask
+// for the vendor BLAS (ACME_SGEMM=blas, read once: for comparisons and tests).
+// Inline here, not in sgemm_avx512.cpp: that file is compiled for AVX-512 and
+// must not run first.
 inline bool sgemm_avx512_usable() {
-  static const bool usable = [] {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool blas_asked = [] {
     const char* choice = std::getenv("ACME_SGEMM");
-    if (choice && std::strcmp(choice, "blas") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-#else
-    return false;
-#endif
+    return choice && std::strcmp(choice, "blas") == 0;
   }();
-  return usable;
+  return !blas_asked && ::acme::isa::active() == ::acme::isa::kAvx512;
 }
 
 }  // namespace acme::kernels::nn

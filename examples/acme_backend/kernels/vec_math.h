@@ -1,7 +1,7 @@
 // acme's vector math: float32 loops of transcendental pointwise functions,
 // built for the host's vector units (AVX-512 and AVX2+FMA, vec_math_avx512.cpp
 // and vec_math_avx2.cpp compile vec_math_impl.h with the matching flags) and
-// chosen at run time by what the CPU supports. The math is Sleef's (through
+// chosen at run time by what the CPU supports (or ACME_ISA forces). The math is Sleef's (through
 // ATen's at::vec, as PyTorch's CPU kernels use it), acme's "vendor math library".
 //
 // This header is light on purpose (no ATen): kernels include it and call
@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "vector_isa.h"
 
 namespace acme::vec {
 
@@ -64,20 +66,10 @@ void binary_f32_avx2(Binary op, const float* a, const float* b, float* out, int6
 void row_f32_avx512(Row op, const float* in, float* out, int64_t n);
 void row_f32_avx2(Row op, const float* in, float* out, int64_t n);
 
-// 2 = AVX-512 (F, BW, VL, DQ), 1 = AVX2 + FMA, 0 = neither (scalar loops).
-inline int host_isa() {
-  static const int isa = [] {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
-#endif
-    return 0;
-  }();
-  return isa;
-}
+// 2 = AVX-512 (F, BW, VL, DQ), 1 = AVX2 + FMA, 0 = neither (scalar loops): the
+// best this CPU has, unless ACME_ISA or the runtime option "isa" chose a lower
+// one (runtime/vector_isa.h), so tests run every path on any machine.
+inline int host_isa() { return static_cast<int>(::acme::isa::active()); }
 
 inline UnaryFn unary_f32() {
   switch (host_isa()) {

@@ -2,10 +2,12 @@
 // a thin mapping onto the acme vendor runtime's C API. Kept free of logic on
 // purpose: every check and every message comes from the runtime itself, so the
 // PyTorch glue and direct runtime users see the same behaviour.
-// The one exception: compute units (compute_units.h), a pool beside the
-// runtime, whose size init() and the "compute_units" option set here.
+// The exceptions: compute units (compute_units.h), a pool beside the runtime,
+// whose size init() and the "compute_units" option set here, and the vector
+// instruction set kernels use (vector_isa.h: ACME_ISA, option "isa").
 #include "acme_runtime.h"
 #include "compute_units.h"
+#include "vector_isa.h"
 
 #include <string>
 #include <utility>
@@ -28,15 +30,18 @@ Status st(acmeError_t e) { return static_cast<Status>(e); }
 acmeStream_t as_stream(Stream s) { return static_cast<acmeStream_t>(s); }
 acmeEvent_t as_event(Event e) { return static_cast<acmeEvent_t>(e); }
 
-// Message of a failed "compute_units" option on this thread, reported by the
-// next last_error() (the runtime's own last error knows nothing of units).
-thread_local std::string t_units_error;
+// Message of a failed "compute_units" or "isa" option (or ACME_ISA at init) on
+// this thread, reported by the next last_error() (the runtime's own last error
+// knows nothing of units or instruction sets).
+thread_local std::string t_adapter_error;
 
 }  // namespace
 
 Status init(const DeviceConfig& config) {
   Status s = st(acmeInit(config.device_count, config.memory_capacity, config.memory_alignment));
-  if (s == Status::Ok) units::configure(config.compute_units);
+  if (s != Status::Ok) return s;
+  units::configure(config.compute_units);
+  if (!isa::configure_from_env(&t_adapter_error)) return Status::InvalidValue;
   return s;
 }
 
@@ -130,13 +135,16 @@ void kernel_end() { acmeKernelEnd(); }
 
 Status set_option(const char* key, const char* value) {
   if (key && std::string(key) == "compute_units")
-    return units::set_option(value ? value : "", &t_units_error) ? Status::Ok : Status::InvalidValue;
+    return units::set_option(value ? value : "", &t_adapter_error) ? Status::Ok : Status::InvalidValue;
+  if (key && std::string(key) == "isa")
+    return isa::set_option(value ? value : "", &t_adapter_error) ? Status::Ok : Status::InvalidValue;
   return st(acmeSetOption(key, value));
 }
 
 // Unknown keys give "" (the interface has no status here); last_error() says why.
 std::string get_option(const char* key) {
   if (key && std::string(key) == "compute_units") return units::get_option();
+  if (key && std::string(key) == "isa") return isa::get_option();
   size_t needed = 0;
   if (acmeGetOption(key, nullptr, 0, &needed) != acmeSuccess) return {};
   std::string v(needed + 1, '\0');
@@ -153,9 +161,9 @@ std::string get_option(const char* key) {
 
 const char* last_error() {
   thread_local std::string shown;
-  if (t_units_error.empty()) return acmeGetLastErrorString();
-  shown = std::move(t_units_error);
-  t_units_error.clear();
+  if (t_adapter_error.empty()) return acmeGetLastErrorString();
+  shown = std::move(t_adapter_error);
+  t_adapter_error.clear();
   return shown.c_str();
 }
 

@@ -17,6 +17,7 @@ add_library(acme_runtime STATIC
   ${ACME_RUNTIME_DIR}/options.cpp
   ${ACME_RUNTIME_DIR}/adapter.cpp
   ${ACME_RUNTIME_DIR}/compute_units.cpp
+  ${ACME_RUNTIME_DIR}/vector_isa.cpp
 )
 set_target_properties(acme_runtime PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_compile_features(acme_runtime PUBLIC cxx_std_20)

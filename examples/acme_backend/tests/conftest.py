@@ -72,3 +72,24 @@ def units():
     yield use
     native.runtime_set_option("compute_units", before_units)
     torch.set_num_threads(before_threads)
+
+
+ISAS = ("scalar", "avx2", "avx512")
+
+
+@pytest.fixture(params=ISAS)
+def each_isa(request):
+    """Run the test once per vector instruction set acme's kernels can use
+    (runtime option "isa", runtime/vector_isa.h). A set this CPU lacks is a skip
+    that names the CPU's best: its code would die of SIGILL here."""
+    import torch  # noqa: F401  (loads the backend)
+    import torch_fl_acme._C as native
+
+    try:
+        native.runtime_set_option("isa", request.param)
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    try:
+        yield request.param
+    finally:
+        native.runtime_set_option("isa", "auto")

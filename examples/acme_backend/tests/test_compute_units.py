@@ -85,7 +85,7 @@ def _bits(t):
 
 
 @pytest.mark.parametrize("layout", ["flat", "transposed", "strided"])
-def test_vector_math_matches_cpu(units, layout):
+def test_vector_math_matches_cpu(units, layout, each_isa):
     units(4)
     got = _run_all(torch.float32, layout)
     x, pos, unit = _inputs()
@@ -207,7 +207,7 @@ def _softmaxes(device):
     return out
 
 
-def test_softmax_rows_do_not_depend_on_unit_count(units):
+def test_softmax_rows_do_not_depend_on_unit_count(units, each_isa):
     """Softmax rows are split over the units: the same bits on 1 and 4 units,
     CPU's values."""
     units(1)
@@ -219,3 +219,23 @@ def test_softmax_rows_do_not_depend_on_unit_count(units):
         for a, b, c in zip(one[name], four[name], cpu[name]):
             assert torch.equal(_bits(a), _bits(b)), f"{name}: 1 and 4 units differ"
             torch.testing.assert_close(b, c, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("value", ["scalar", "auto", "sse9"])
+def test_isa_environment_variable(value):
+    """ACME_ISA forces acme's kernels onto a vector instruction set (every machine
+    can run the scalar loops); an unknown one stops the device from starting with
+    a message naming the variable."""
+    code = ("import torch, torch_fl_acme._C as n; x = torch.linspace(-3, 3, 1001); "
+            "y = torch.exp(x.to('acme')).cpu(); "
+            "torch.testing.assert_close(y, torch.exp(x), rtol=1e-6, atol=0); "
+            "print(n.runtime_get_option('isa'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ACME_ISA": value})
+    if value == "sse9":
+        assert proc.returncode != 0
+        assert "ACME_ISA=sse9: acme: isa: unknown instruction set 'sse9'" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    got = proc.stdout.strip().splitlines()[-1]
+    assert got == ("scalar" if value == "scalar" else native.runtime_get_option("isa"))

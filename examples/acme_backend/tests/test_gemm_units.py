@@ -79,7 +79,7 @@ CASES = {
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", list(CASES))
-def test_gemm_does_not_depend_on_unit_count(units, case, dtype):
+def test_gemm_does_not_depend_on_unit_count(units, case, dtype, each_isa):
     fn, args = CASES[case]
     units(1)
     native.clear_fallback_log()

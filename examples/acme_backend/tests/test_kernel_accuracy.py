@@ -1,7 +1,11 @@
 """Kernels that use acme's own approximations (no libm) stay accurate over the
-whole input range, not only on the conformance samples."""
+whole input range, not only on the conformance samples, on every vector
+instruction set acme can use (scalar loops, AVX2, AVX-512: conftest's each_isa)."""
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.usefixtures("each_isa")
 
 
 def test_gelu_and_its_backward_match_float64_everywhere():
