@@ -429,6 +429,19 @@ def float64_reference(case: Case, model: nn.Module) -> Step:
     return train_step(dataclasses.replace(case, batch=batch), reference, "cpu", None)
 
 
+def perturbed_model(model: nn.Module, seed: int, rel: float) -> nn.Module:
+    """A copy of `model` with every floating parameter multiplied by
+    (1 + rel * N(0, 1)), drawn from `seed`: the same step at rounding-level
+    distance, to measure how much rounding alone moves its results."""
+    g = _gen(seed)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in out.parameters():
+            if p.is_floating_point():
+                p.mul_(1 + rel * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return out
+
+
 def _double(x):
     if isinstance(x, dict):
         return {k: _double(v) for k, v in x.items()}

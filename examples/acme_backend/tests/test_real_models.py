@@ -22,13 +22,18 @@ docs/real-models.md):
   CUDA's lists, so float32 in the reference) where acme runs bf16/fp16 matmuls
   and fused cells: for LSTMs the reference is more precise than acme's step;
 * the loss: float32 within 1e-4 relative of CPU's; bf16 within 2e-2, fp16
-  within 1e-2 of the reference step's (measured worst, 2026-12-01: 1.0e-2 and
-  4.7e-3, EfficientNet-B0: its batch norms over 4 images amplify the low
-  precision's rounding, which puts both devices' bf16 loss 5-6 % away from the
-  float32 loss);
+  within 1e-2 of the reference step's, or else still rounding: under autocast
+  at most twice as far from the float64 loss as the reference's, or within
+  twice what the reference's own loss moves when its parameters are perturbed
+  at the precision's rounding (loss_is_rounding). A batch-normed CNN's bf16
+  loss is chaotic: EfficientNet-B0's moves 3.44-3.99 with the perturbation
+  (float64 3.70), and the CPU's single answer lands at 4.04 on an AVX2 CPU and
+  next to acme's 3.90 on an AVX-512 one: only a rule that measures that spread
+  is independent of the machine;
 * the gradients, per parameter, judged against the same step on CPU in
   float64: acme's error (norm of the difference over norm of the gradient) may
-  be at most 4x the reference step's own error, plus 2e-2. Float32 rounding
+  be at most 4x the reference step's own error, plus 2e-2 (when that fails,
+  the reference's error is the worst of its perturbed steps' errors too). Float32 rounding
   alone gives ~1e-5..1e-4 here, but ReLU is discontinuous: an activation within
   rounding of zero goes to the other side on one device and changes 1/sqrt(N)
   of the gradient of every layer below it (measured: RegNet-Y in float32, acme
@@ -122,12 +127,30 @@ def reference_step(case, model, autocast):
         return zoo.train_step(case, model, "cpu", autocast)
 
 
-def compare_step(dev, ref, f64, precision) -> list[str]:
+def compare_step(dev, ref, f64, precision, perturbed=None) -> list[str]:
     """What is wrong with acme's step `dev`, judged by the CPU step `ref` at the
-    same precision and the float64 step `f64`: [] if nothing."""
+    same precision and the float64 step `f64`: [] if nothing.
+
+    `perturbed`, if given, is called (once, only when a check fails) for the CPU
+    reference steps of the same model with its parameters perturbed at the
+    precision's rounding (`perturbed_references`): how far the reference's own
+    rounding can move the loss and each gradient. A batch-normed CNN's bf16 loss
+    moves 5-10 % that way (EfficientNet-B0: 3.44-3.99 for four draws, float64
+    3.70), so whether the CPU's single answer lands near acme's depends on the
+    CPU's vector ISA (CPU bf16 4.04 on AVX2, near acme's 3.90 on AVX-512); the
+    rule must not."""
     problems = []
+    spread = None
+
+    def reference_spread():
+        nonlocal spread
+        if spread is None:
+            spread = perturbed() if perturbed is not None else []
+        return spread
+
     rtol = LOSS_RTOL[precision]
-    if not abs(dev.loss - ref.loss) <= rtol * max(1.0, abs(ref.loss)):
+    if not abs(dev.loss - ref.loss) <= rtol * max(1.0, abs(ref.loss)) \
+            and not loss_is_rounding(dev, ref, f64, precision, reference_spread):
         problems.append(f"loss {dev.loss} on acme vs {ref.loss} on CPU (rtol {rtol})")
     # torch.compile materializes a zero gradient for a parameter the loss does not
     # depend on, where eager leaves .grad None (transformers' big_bird pooler and
@@ -141,12 +164,52 @@ def compare_step(dev, ref, f64, precision) -> list[str]:
     reference = {n: f64.grads[n] for n in both}
     err_dev = zoo.grad_errors(dev.grads, reference)
     err_ref = zoo.grad_errors(ref.grads, reference)
-    bad = {n: (err_dev[n], err_ref[n]) for n in err_dev
-           if not err_dev[n] <= GRAD_RATIO * err_ref[n] + GRAD_FLOOR}
+
+    def bad_gradients():
+        return {n: (err_dev[n], err_ref[n]) for n in err_dev
+                if not err_dev[n] <= GRAD_RATIO * err_ref[n] + GRAD_FLOOR}
+
+    bad = bad_gradients()
+    if bad and reference_spread():
+        # The reference's own error, as the worst of its perturbed steps' errors.
+        for step in reference_spread():
+            for n, e in zoo.grad_errors({k: step.grads[k] for k in reference}, reference).items():
+                err_ref[n] = max(err_ref[n], e)
+        bad = bad_gradients()
     if bad:
         problems.append(f"{len(bad)} gradients off float64 (acme, cpu): " + ", ".join(
             f"{n}: {a:.2e} vs {c:.2e}" for n, (a, c) in sorted(bad.items())[:5]))
     return problems
+
+
+def loss_is_rounding(dev, ref, f64, precision, reference_spread) -> bool:
+    """A loss outside rtol of the reference's that is still rounding: under
+    autocast, at most twice as far from the float64 loss as the reference's is
+    (the OpInfo runner's rule for outputs: CPU's low-precision answer can be
+    the farther one); at any precision, within twice the distance the
+    reference's own loss moves when its parameters are perturbed at rounding
+    level (reference_spread(): those steps; none given, nothing moves)."""
+    if precision != "float32" and abs(dev.loss - f64.loss) <= 2 * abs(ref.loss - f64.loss):
+        return True
+    moved = max((abs(step.loss - ref.loss) for step in reference_spread()), default=0.0)
+    return abs(dev.loss - ref.loss) <= 2 * moved
+
+
+# Relative size of the parameter perturbation per precision: the unit roundoff
+# of the dtype the step computes in (bf16 2^-9, fp16 2^-12); float32 a few ULP
+# (2^-22: one ULP would round most parameters back to themselves).
+PERTURBATION = {"float32": 2.0 ** -22, "bf16-autocast": 2.0 ** -9, "fp16-autocast": 2.0 ** -12}
+
+
+def perturbed_references(case, model, precision, draws=3):
+    """A callable giving the reference step of `model` with every floating
+    parameter multiplied by (1 + u * N(0, 1)), u the precision's roundoff, for
+    `draws` seeds: compare_step's measure of how much rounding moves the reference."""
+    def steps():
+        autocast = PRECISIONS[precision]
+        return [reference_step(case, zoo.perturbed_model(model, seed, PERTURBATION[precision]),
+                               autocast) for seed in range(draws)]
+    return steps
 
 
 def case_model_and_reference(name):
@@ -171,7 +234,8 @@ def test_real_model_trains_natively_and_matches_cpu(name, precision):
     assert log == [], f"{name} ({precision}) fell back to CPU: " + ", ".join(
         f"{e['op']} x{e['count']}" for e in log)
     ref = reference_step(case, model, autocast)
-    problems = compare_step(dev, ref, f64, precision)
+    problems = compare_step(dev, ref, f64, precision,
+                            perturbed_references(case, model, precision))
     assert not problems, f"{name} ({precision}): " + "; ".join(problems)
 
     before = dict(model.named_parameters())
@@ -195,10 +259,14 @@ def test_comparison_catches_a_wrong_kernel(name, precision, op, scale):
     model, f64 = _model_and_reference(case)
     autocast = PRECISIONS[precision]
     ref = reference_step(case, model, autocast)
-    assert compare_step(zoo.train_step(case, model, DEVICE, autocast), ref, f64, precision) == []
+    perturbed = perturbed_references(case, model, precision)
+    assert compare_step(zoo.train_step(case, model, DEVICE, autocast), ref, f64, precision,
+                        perturbed) == []
     with perturbed_kernel(op, DEVICE, scale=scale):
         wrong = zoo.train_step(case, model, DEVICE, autocast)
-    assert compare_step(wrong, ref, f64, precision) != []
+    # Also with the reference's perturbed steps: rounding-level noise does not
+    # excuse a wrong kernel.
+    assert compare_step(wrong, ref, f64, precision, perturbed) != []
 
 
 def test_a_zero_gradient_where_the_reference_has_none_is_no_difference():
@@ -214,6 +282,47 @@ def test_a_zero_gradient_where_the_reference_has_none_is_no_difference():
     assert compare_step(nonzero, ref, f64, "float32") == ["parameters with gradients differ: ['pooler']"]
     missing = zoo.Step(1.5, {}, {})
     assert compare_step(missing, ref, f64, "float32") == ["parameters with gradients differ: ['w']"]
+
+
+def test_loss_rule_judges_rounding_by_float64_and_by_the_references_spread():
+    """compare_step's loss rule: within rtol of the reference; under autocast, at
+    most twice as far from float64 as the reference (a compiled bf16 chain kept in
+    float32 is closer); else within twice what the reference's perturbed steps
+    move. Anything farther fails, and float32 has no float64 exception."""
+    grads = {"w": torch.ones(3)}
+
+    def step(loss):
+        return zoo.Step(loss, grads, {})
+
+    f64, ref = step(3.70), step(3.96)
+    assert compare_step(step(3.95), ref, f64, "bf16-autocast") == []  # within rtol of ref
+    assert compare_step(step(3.73), ref, f64, "bf16-autocast") == []  # closer to float64
+    assert compare_step(step(4.30), ref, f64, "bf16-autocast") != []  # farther from both
+    assert compare_step(step(3.73), ref, f64, "float32") != []        # float32: no float64 exception
+    # The AVX2 case: CPU's bf16 loss lands near float64, acme's 5 % off, both in the spread.
+    near = step(3.72)
+    assert compare_step(step(3.90), near, f64, "bf16-autocast") != []
+    calls = []
+
+    def spread():
+        calls.append(1)
+        return [step(3.44), step(3.99), step(3.88)]
+
+    assert compare_step(step(3.90), near, f64, "bf16-autocast", spread) == []
+    assert compare_step(step(4.90), near, f64, "bf16-autocast", spread) != []  # beyond twice the spread
+    assert compare_step(step(3.72), near, f64, "bf16-autocast", spread) == []
+    assert len(calls) == 2  # the perturbed steps run only when the plain rule fails
+
+
+def test_gradient_rule_takes_the_references_worst_perturbed_error():
+    f64 = zoo.Step(1.0, {"w": torch.tensor([1.0, 0.0])}, {})
+    ref = zoo.Step(1.0, {"w": torch.tensor([1.01, 0.0])}, {})
+    dev = zoo.Step(1.0, {"w": torch.tensor([1.5, 0.0])}, {})   # error 0.5: beyond 4 * 0.01 + 0.02
+    assert compare_step(dev, ref, f64, "bf16-autocast") != []
+    chaotic = [zoo.Step(1.0, {"w": torch.tensor([1.3, 0.0])}, {})]  # the reference moves by 0.3
+    assert compare_step(dev, ref, f64, "bf16-autocast", lambda: chaotic) == []
+    assert compare_step(zoo.Step(1.0, {"w": torch.tensor([3.0, 0.0])}, {}), ref, f64,
+                        "bf16-autocast", lambda: chaotic) != []
 
 
 def _dtype_trace(case, model, device, autocast):

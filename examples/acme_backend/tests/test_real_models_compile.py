@@ -79,23 +79,14 @@ def test_compiled_real_model_trains_on_acme_and_matches_cpu(name, precision):
     assert counts.graphs >= 1 and counts.acme_kernels >= 1, (
         f"{name} ({precision}) was not compiled for acme: {counts}")
     ref = eager_suite.reference_step(case, model, autocast)
-    problems = compare_compiled_step(dev, ref, f64, precision)
+    # Under autocast Inductor computes a fused bf16 chain in float32 and rounds only
+    # what it stores (`emulate_precision_casts` is off by default), so a compiled
+    # low-precision loss is often closer to float64 than the eager reference
+    # (EfficientNet-B0 bf16: float64 3.701, eager CPU 3.961, compiled acme 3.732):
+    # compare_step's float64 rule accepts that.
+    problems = eager_suite.compare_step(dev, ref, f64, precision,
+                                        eager_suite.perturbed_references(case, model, precision))
     assert not problems, f"{name} ({precision}), compiled: " + "; ".join(problems)
-
-
-def compare_compiled_step(dev, ref, f64, precision) -> list[str]:
-    """compare_step, except that under autocast a compiled loss may also be as close
-    to the float64 loss as the eager CPU reference is, or closer. Inductor computes a
-    fused bf16 chain in float32 and rounds only what it stores (its
-    `emulate_precision_casts` is off by default), so a compiled low-precision step is
-    more precise than an eager one. Measured, EfficientNet-B0 in bf16: float64 loss
-    3.701, eager CPU 3.961, compiled acme 3.732; with emulate_precision_casts=True
-    compiled acme gives 3.984, within 2e-2 of eager CPU. Gradients are judged as in
-    eager (against float64 already)."""
-    problems = eager_suite.compare_step(dev, ref, f64, precision)
-    if precision != "float32" and abs(dev.loss - f64.loss) <= abs(ref.loss - f64.loss):
-        problems = [p for p in problems if not p.startswith("loss ")]
-    return problems
 
 
 def test_compile_counters_see_a_compiled_step_and_not_an_eager_one():
@@ -118,16 +109,3 @@ def test_known_failures_name_real_cases():
     assert {name for name, _ in KNOWN_FAILURES} <= set(zoo.CASES)
     assert {precision for _, precision in KNOWN_FAILURES} <= set(PRECISIONS)
     assert {name for name, _ in DEFAULT} <= set(zoo.CASES)
-
-
-def test_compiled_loss_rule_accepts_more_precise_and_refuses_less_precise():
-    grads = {"w": torch.ones(3)}
-
-    def step(loss):
-        return zoo.Step(loss, grads, {})
-
-    f64, ref = step(3.70), step(3.96)
-    assert compare_compiled_step(step(3.73), ref, f64, "bf16-autocast") == []  # closer to float64
-    assert compare_compiled_step(step(3.95), ref, f64, "bf16-autocast") == []  # within rtol of ref
-    assert compare_compiled_step(step(4.30), ref, f64, "bf16-autocast") != []  # farther from both
-    assert compare_compiled_step(step(3.73), ref, f64, "float32") != []        # float32: as eager
