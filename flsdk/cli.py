@@ -166,7 +166,7 @@ def cmd_new_backend(args) -> int:
     if existed and (not out.is_dir() or any(out.iterdir())):
         return _err(f"{out} exists and is not empty; flsdk never overwrites a backend repo")
     try:
-        written = render_backend(args.name, out, args.display_name)
+        written = render_backend(args.name, out, args.display_name, args.memory)
         print(f"flsdk new-backend: {args.name}: {len(written)} files in {out}")
         code = 0 if args.no_gen else cmd_gen(
             argparse.Namespace(path=str(out), check=False, dry_run=False, force=False))
@@ -176,7 +176,9 @@ def cmd_new_backend(args) -> int:
     if code:  # a refused backend leaves nothing half-written behind
         _remove_scaffold(out, existed)
         return code
-    print(f"next: cd {out} && pip install --no-build-isolation . && "
+    # The check runs from the parent folder: inside the backend's source folder the
+    # package directory shadows the installed one (no compiled _C there).
+    print(f"next: cd {out} && pip install --no-build-isolation . && cd .. && "
           f"python -c \"import torch; print(torch.ones(2, device='{args.name}') + 1)\"")
     return 0
 
@@ -310,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--out", help="folder to create (default: ./NAME)")
     p.add_argument("--display-name")
+    p.add_argument("--memory", choices=("host", "discrete"), default="host",
+                   help="the scaffolded runtime adapter's memory: host (host code can read device "
+                        "memory) or discrete (it cannot, as on a discrete accelerator)")
     p.add_argument("--no-gen", action="store_true", help="only render the template")
     p.set_defaults(func=cmd_new_backend)
 

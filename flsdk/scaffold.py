@@ -43,11 +43,19 @@ def check_name(name: str) -> None:
                             f"torch_fl_{name}: lowercase letters and _, starting with a letter")
 
 
-def render_backend(name: str, out: Path, display_name: str | None = None) -> list[Path]:
-    """Render the template for `name` into `out` (must not exist or be empty)."""
+MEMORY_MODELS = ("host", "discrete")
+
+
+def render_backend(name: str, out: Path, display_name: str | None = None,
+                   memory_model: str = "host") -> list[Path]:
+    """Render the template for `name` into `out` (must not exist or be empty), with a
+    runtime adapter for `memory_model`: "host" (host code can read device memory) or
+    "discrete" (it cannot, as on a discrete accelerator)."""
     import torch
 
     check_name(name)
+    if memory_model not in MEMORY_MODELS:
+        raise ScaffoldError(f"memory model {memory_model!r}: expected one of {', '.join(MEMORY_MODELS)}")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ScaffoldError(f"{out} exists and is not empty; flsdk never overwrites a backend repo")
@@ -55,7 +63,7 @@ def render_backend(name: str, out: Path, display_name: str | None = None) -> lis
     defaults = json.loads((src_root / "cookiecutter.json").read_text())
     env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     context = {"name": name, "torch_version": torch.__version__.split("+")[0],
-               "flsdk_version": __version__}
+               "flsdk_version": __version__, "memory_model": memory_model}
     context["display_name"] = display_name or env.from_string(defaults["display_name"]).render(
         cookiecutter=context)
     project = src_root / "{{cookiecutter.name}}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -35,3 +36,26 @@ def site_env(site: Path, **extra: str) -> dict:
     # The site goes first; what the test run itself had on PYTHONPATH stays after it.
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return dict(os.environ, PYTHONPATH=path, TORCH_DEVICE_BACKEND_AUTOLOAD="0", **extra)
+
+
+def guide_kernel(root: Path) -> str:
+    """The kernel of the scaffold's docs/writing-a-kernel.md (its first C++
+    block, `kernels/relu.cpp`), as a vendor copies it."""
+    guide = (root / "docs" / "writing-a-kernel.md").read_text()
+    code = re.search(r"```cpp\n(// kernels/relu\.cpp\n.*?)```", guide, re.S)
+    assert code, "docs/writing-a-kernel.md has no kernels/relu.cpp example"
+    return code.group(1)
+
+
+def run_discrete_cases(site: Path, device: str = "zeta") -> tuple[dict, str]:
+    """tests/discrete_cases.py in a child with the backend at `site` loaded:
+    ({case: "ok" | error}, stderr). A crash (a host read of device memory) fails."""
+    code = (f"import sys, runpy, torch_fl_{device}; torch_fl_{device}.load(); "
+            f"sys.argv = ['discrete_cases', '{device}']; "
+            f"runpy.run_path({str(Path(__file__).parent / 'discrete_cases.py')!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], env=site_env(site), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    import json
+
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr

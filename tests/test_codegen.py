@@ -166,8 +166,8 @@ def test_inplace_kernel_is_optional_and_tried_first(backend):
     registration = _registration(backend)
     inplace = registration[registration.index("wrapper_add__Tensor("):]
     inplace = inplace[:inplace.index("\n}\n")]
-    # tried first, inside the kernel scope; the copy path stays for the calls it declines
-    assert inplace.index("KernelScope scope;") < inplace.index(
+    # tried first; the copy path stays for the calls it declines
+    assert inplace.index(
         "if (kernels::k_add__Tensor(self, other, alpha)) return self;") < inplace.index(
         "auto result = kernels::k_add_Tensor(self, other, alpha);") < inplace.index("self.copy_(result);")
     # the shard declares what it calls (it does not include kernels.h)
@@ -195,8 +195,8 @@ def test_out_kernel_is_optional_and_tried_first(backend):
     assert decl in registration
     out = registration[registration.index("wrapper_add_out("):]
     out = out[:out.index("\n}\n")]
-    # tried first, inside the kernel scope; the declined calls compute, resize and copy
-    assert out.index("KernelScope scope;") < out.index(
+    # tried first; the declined calls compute, resize and copy
+    assert out.index(
         "if (kernels::k_add_out(self, other, alpha, out)) return out;") < out.index(
         "auto result = kernels::k_add_Tensor(self, other, alpha);") < out.index("out.copy_(result);")
     inplace = registration[registration.index("wrapper_add__Tensor("):]

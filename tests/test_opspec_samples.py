@@ -147,8 +147,12 @@ def test_variants_exist_in_native_functions():
 
 
 def test_glue_ops_not_listed():
+    """Ops the glue implements are not specified, except those a backend may
+    take over with its own kernel (glue.GLUE_OVERRIDES: fill_.Scalar)."""
+    from flsdk.codegen.glue import GLUE_OVERRIDES
+
     listed = _covered_names()
-    assert not (listed & GLUE), listed & GLUE
+    assert not (listed & GLUE) - set(GLUE_OVERRIDES), listed & GLUE
     assert not any(n.startswith("set_.") or n == "set_" for n in listed)
 
 

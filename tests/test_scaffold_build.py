@@ -4,36 +4,15 @@ filling one kernel makes it native. This is the vendor's first hour, end to end.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from scaffold import build_into, flsdk, site_env
+from scaffold import build_into, flsdk, guide_kernel, run_discrete_cases, site_env
 
 pytestmark = pytest.mark.build
-
-RELU_KERNEL = """\
-// relu for the zeta device: the vendor's first kernel.
-#include "kernels.h"
-
-#include <ATen/ops/empty.h>
-
-namespace zeta::kernels {
-
-at::Tensor k_relu(const at::Tensor & self) {
-  TORCH_CHECK(self.scalar_type() == at::kFloat, "zeta: relu: dtype ", self.scalar_type(),
-              " not supported on ", self.device(), " (float32 only)");
-  at::Tensor src = self.contiguous();
-  at::Tensor out = at::empty(src.sizes(), src.options());
-  const float* in = src.const_data_ptr<float>();
-  float* result = out.data_ptr<float>();
-  for (int64_t i = 0; i < src.numel(); ++i) result[i] = in[i] > 0.f ? in[i] : 0.f;
-  return out;
-}
-
-}  // namespace zeta::kernels
-"""
 
 RUN_ON_DEVICE = """\
 import copy, json, torch, torch_fl, torch_fl_zeta
@@ -118,7 +97,9 @@ def test_scaffold_build_run_then_fill_a_kernel(zeta_first_build, tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and "aten::batch_norm_stats must be native" in check.stdout, check.stdout
 
-    (root / "kernels" / "relu.cpp").write_text(RELU_KERNEL)
+    # The kernel of the scaffold's guide, copied as a vendor would (issue #27 item 4:
+    # it must pass relu's tests in every dtype the spec lists).
+    (root / "kernels" / "relu.cpp").write_text(guide_kernel(root))
     flsdk("gen", cwd=root)
     statuses = json.loads(flsdk("ops", "--format", "json", cwd=root))
     assert {r["op"]: r["status"] for r in statuses["ops"]}["relu"] == "native"
@@ -126,3 +107,40 @@ def test_scaffold_build_run_then_fill_a_kernel(zeta_first_build, tmp_path):
     second = _run(tmp_path / "site2")
     assert second["relu"] == [0.0, 2.0, 0.0, 4.0]
     assert "relu" not in second["fallback"], "a filled kernel must run natively"
+    # The backend's generated conformance suite: relu against CPU in its 9 dtypes,
+    # its in-place and out= variants, and what stays on the fallback, said so.
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(root / "tests" / "generated")], cwd=tmp_path,
+                          env=site_env(tmp_path / "site2"), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    passed = int(re.search(r"(\d+) passed", proc.stdout).group(1))
+    assert passed >= 36, proc.stdout[-2000:]
+
+
+def test_discrete_scaffold_runs_everyday_work_with_no_kernels(zeta_first_build):
+    """A fresh discrete scaffold (memory the host cannot read, no native kernel
+    at all) runs what users do every day and matches the CPU: factories, casts,
+    contiguous copies of views, item/tolist/print, save/load, pinned copies with
+    an event, Linear, an MLP and a CNN trained, bf16 autocast, index_put_, cat,
+    where. The glue moves every byte through the runtime (copies within the
+    device that change dtype go through host memory: its copy_strided takes
+    same-dtype copies only)."""
+    _, site = zeta_first_build
+    results, stderr = run_discrete_cases(site)
+    failed = {name: why for name, why in results.items() if why != "ok"}
+    assert not failed, (failed, stderr[-3000:])
+    assert len(results) >= 18
+
+
+def test_a_host_read_of_discrete_device_memory_crashes(zeta_first_build):
+    """The scaffold's discrete device is discrete: host code reading a device
+    address dies at once, from any thread, instead of silently working."""
+    _, site = zeta_first_build
+    code = ("import ctypes, threading, torch, torch_fl_zeta; torch_fl_zeta.load()\n"
+            "x = torch.ones(4, device='zeta'); print('made', x.cpu().tolist(), flush=True)\n"
+            "t = threading.Thread(target=lambda: ctypes.c_float.from_address(x.data_ptr()).value)\n"
+            "t.start(); t.join(); print('SURVIVED', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=site_env(site), capture_output=True,
+                          text=True, timeout=300)
+    assert "made [1.0, 1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
+    assert "SURVIVED" not in proc.stdout and proc.returncode == -11, (proc.returncode, proc.stderr[-1000:])

@@ -20,23 +20,31 @@ REPO = Path(__file__).resolve().parent.parent
 ACME = REPO / "examples" / "acme_backend"
 
 
-def _impl_ops(cpp: str) -> list[str]:
-    """Ops registered in the dense PrivateUse1 block (the SparsePrivateUse1 block
-    registers ATen's sparse layout kernels, a separate fact)."""
-    block = cpp.split("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {", 1)[1].split("\n}", 1)[0]
-    return re.findall(r'm\.impl\("([^"]+)"', block)
-
-
 # --- the glue op list -----------------------------------------------------------
 
-def test_generated_minimal_ops_registers_exactly_the_glue_list():
-    generated = (ACME / "generated" / "minimal_ops.cpp").read_text()
-    assert _impl_ops(generated) == list(glue.GLUE_OPS)
+STATIC_GLUE = REPO / "flsdk" / "static_glue"
+GLUE_SOURCES = ("minimal_ops.cpp", "copies.cpp")  # the static glue files that register glue ops
 
 
-def test_minimal_ops_template_retypes_no_op_name():
-    template = (TEMPLATES / "cpp" / "minimal_ops.cpp.j2").read_text()
-    assert _impl_ops(template) == ["{{ op }}"], "minimal_ops.cpp.j2 registers ops by name instead of reading glue.GLUE_KERNELS"
+def _glue_registrations() -> dict[str, str]:
+    """op -> C++ function, of every m.impl in the glue's dense PrivateUse1 blocks."""
+    out = {}
+    for name in GLUE_SOURCES:
+        block = (STATIC_GLUE / name).read_text().split("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {", 1)[1]
+        block = block.split("\n}", 1)[0]
+        out.update(re.findall(r'm\.impl\("([^"]+)", TORCH_FN\((\w+)\)\)', block))
+    return out
+
+
+def test_static_glue_registers_exactly_the_glue_list():
+    """glue.GLUE_KERNELS (read by codegen, `flsdk ops` and the tracer) is what the
+    static glue registers, op for op and function for function."""
+    assert _glue_registrations() == glue.GLUE_KERNELS
+
+
+def test_the_generated_glue_is_the_static_glue():
+    for name in GLUE_SOURCES:
+        assert (STATIC_GLUE / name).read_text() in (ACME / "generated" / name).read_text(), name
 
 
 def test_tracer_and_cli_read_the_glue_list():
@@ -51,11 +59,6 @@ def test_tracer_and_cli_read_the_glue_list():
             names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
             assert len(names & set(glue.GLUE_OPS)) < 2, f"trace.py retypes glue ops: {ast.unparse(node)}"
 
-
-def test_glue_kernels_name_functions_the_template_defines():
-    template = (TEMPLATES / "cpp" / "minimal_ops.cpp.j2").read_text()
-    for op, fn in glue.GLUE_KERNELS.items():
-        assert re.search(rf"\b{re.escape(fn)}\(", template), f"{op}: no C++ function {fn} in minimal_ops.cpp.j2"
 
 
 # --- the generated file table -----------------------------------------------------

@@ -62,12 +62,14 @@ def test_remaining_templates_vary_per_backend():
 
 
 def _device_config(tmp_path: Path) -> Path:
-    """acme's generated device_config.h renamed to another backend: the static
-    sources must follow the macro, not the name they were written next to."""
+    """acme's generated headers the static sources include (device_config.h,
+    glue_hooks.h) renamed to another backend: the static sources must follow the
+    macro, not the name they were written next to."""
     include = tmp_path / "include"
     include.mkdir()
-    text = (ACME_GENERATED / "device_config.h").read_text()
-    (include / "device_config.h").write_text(re.sub(r"\bacme\b", "zeta", text))
+    for name in ("device_config.h", "glue_hooks.h"):
+        text = (ACME_GENERATED / name).read_text()
+        (include / name).write_text(re.sub(r"\bacme\b", "zeta", text))
     return include
 
 
@@ -80,7 +82,7 @@ def test_static_sources_compile_where_they_live(tmp_path):
     from torch.utils.cpp_extension import include_paths
 
     include = _device_config(tmp_path)
-    flags = ["-std=c++20", "-fsyntax-only", "-Wall", "-Werror", f"-I{include}",
+    flags = ["-std=c++20", "-fsyntax-only", "-Wall", "-Werror", f"-I{include}", f"-I{STATIC_DIR}",
              *(f"-isystem{p}" for p in include_paths()), f"-isystem{sysconfig.get_paths()['include']}"]
     sources = sorted(n for n in STATIC_GLUE if n.endswith(".cpp"))
 
@@ -92,3 +94,30 @@ def test_static_sources_compile_where_they_live(tmp_path):
         results = list(pool.map(compile_one, sources))
     failed = {name: proc.stderr[-2000:] for name, proc in results if proc.returncode != 0}
     assert not failed, failed
+
+
+def test_no_glue_makes_a_host_view_of_device_memory():
+    """The glue never reads device memory from the host (issue #26): no CPU tensor
+    over a device pointer (from_blob, the old host_view) in the static glue or in
+    the generated tree of acme or a scaffold. The one from_blob, copies.cpp's
+    host_alias, views host buffers only: every call passes the bytes of a
+    buffer made by read_span or at::empty on the CPU."""
+    import glob
+
+    trees = [STATIC_DIR, ACME_GENERATED]
+    trees += [Path(p) for p in glob.glob(str(REPO / "cookiecutter-backend" / "*" / "runtime"))]
+    for tree in trees:
+        for path in sorted(tree.glob("*.[ch]*")):
+            text = path.read_text()
+            assert "host_view" not in text, path
+            if path.name != "copies.cpp":
+                assert "from_blob" not in text, path
+    copies = (STATIC_DIR / "copies.cpp").read_text()
+    assert copies.count("at::from_blob(") == 1
+    calls = re.findall(r"host_alias\(\w+, (\w+)\.data_ptr\(\)\)", copies)
+    assert calls and len(calls) == copies.count("host_alias(") - 1, "every host_alias call is checked"
+    for buffer in set(calls):
+        made = re.findall(rf"at::Tensor {buffer} = ([^;]*);", copies, re.S)
+        assert made, buffer
+        for init in made:
+            assert "read_span(" in init or ("at::empty(" in init and "kCPU" in init), (buffer, init)

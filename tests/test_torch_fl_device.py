@@ -112,9 +112,12 @@ def test_device_info():
 def test_get_supported_ops_reads_the_dispatcher():
     ops = torch_fl.get_supported_ops(DEVICE)
     assert ops == sorted(ops) and not any(o.startswith("c10d::") for o in ops)
+    from flsdk.codegen.glue import GLUE_HOOK_KERNELS
+
     native = _backends.backend(DEVICE).native().native_ops()
-    # every kernel the backend says it compiled is registered ...
-    assert set(native) <= set(ops), set(native) - set(ops)
+    # every kernel the backend says it compiled is registered (but those the glue
+    # calls itself: copy_, from _copy_from) ...
+    assert set(native) - set(GLUE_HOOK_KERNELS) <= set(ops), set(native) - set(ops)
     # ... plus the generated glue (allocation, copies, views)
     assert {"empty.memory_format", "_copy_from", "as_strided"} <= set(ops)
 

@@ -95,6 +95,11 @@ _EXPORTS = {
         "readiness",
         "ReadinessReport",
     ),
+    "syncs": (
+        "host_syncs",
+        "reset_host_syncs",
+        "count_host_syncs",
+    ),
     "_backends": (
         "NoBackendError",
     ),
@@ -158,13 +163,16 @@ if TYPE_CHECKING:
     from .graph import OptimizedGraph as OptimizedGraph
     from .checklist import readiness as readiness
     from .checklist import ReadinessReport as ReadinessReport
+    from .syncs import host_syncs as host_syncs
+    from .syncs import reset_host_syncs as reset_host_syncs
+    from .syncs import count_host_syncs as count_host_syncs
     from ._backends import NoBackendError as NoBackendError
 
 
 # submodules reachable as attributes without importing them first
 _SUBMODULES = ("checklist", "compare", "compat", "compile", "discovery", "distributed",
                "fallback", "graph", "memory", "models", "ops", "precision", "quantization",
-               "testing")
+               "syncs", "testing")
 
 
 def __getattr__(name: str) -> Any:

@@ -20,25 +20,29 @@ from flsdk.spec.dtypes import scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
-from .glue import GLUE_KERNELS, GLUE_OPS
+from .glue import GLUE_HOOK_KERNELS, GLUE_KERNELS, GLUE_OPS, GLUE_OVERRIDES
 from .kernel_scan import STUB_MARKER, KernelScan
 
 
 # The C++ files of generated/, plus the registration shards (register_shard_count);
 # the .cpp files among them are the glue sources the build compiles, in this order.
 GENERATED_CPP = (
-    "runtime_adapter.h", "backend.h", "device_config.h", "runtime_init.cpp", "allocator.h",
-    "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "fallback.h", "fallback.cpp",
-    "kernels.h", "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
-    "autocast.cpp", "python_module.cpp",
+    "runtime_adapter.h", "host_sync.h", "backend.h", "kernel_api.h", "device_config.h",
+    "glue_hooks.h", "runtime_init.cpp", "host_sync.cpp", "allocator.h", "allocator.cpp",
+    "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "copies.cpp", "fallback.h",
+    "fallback_device_only.h", "fallback.cpp", "fallback_device_only.cpp", "kernels.h",
+    "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
+    "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
 # so it compiles and lints where it is written. The others vary per backend and are
 # rendered from templates/cpp/<name>.j2.
 STATIC_GLUE = frozenset({
-    "runtime_adapter.h", "backend.h", "runtime_init.cpp", "allocator.h", "allocator.cpp",
-    "guard.cpp", "hooks.cpp", "fallback.h", "native_ops.h", "python_module.cpp",
+    "runtime_adapter.h", "host_sync.h", "backend.h", "kernel_api.h", "runtime_init.cpp",
+    "host_sync.cpp", "allocator.h", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
+    "copies.cpp", "fallback.h", "fallback_device_only.h", "fallback.cpp", "native_ops.h",
+    "host_kernels.h", "host_kernels.cpp", "python_module.cpp",
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
@@ -321,9 +325,11 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     for spec in aten_ops:
         if scan.status(kernel_name(spec)) != "native":
             continue
-        if spec.op in GLUE_OPS:
+        if spec.op in GLUE_OPS and spec.op not in GLUE_OVERRIDES:
             skipped.append(f"{spec.op}: the generated glue implements it")
             continue
+        if spec.op in GLUE_HOOK_KERNELS:
+            continue  # the glue calls its kernel (glue_hooks.h); no registration of its own
         f = functions[spec.op]
         wrappers.append(_functional_wrapper(aten_sigs[spec.op], f.func, spec, backend.dtypes_for(spec)))
         for kind in spec.variants:
@@ -341,6 +347,11 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             else:
                 wrappers.append(wrapper)
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
+    native_copy = next((spec for spec in aten_ops if spec.op == "copy_"
+                        and scan.status(kernel_name(spec)) == "native"), None)
+    # Native ops: the registered ones and the kernels the glue calls itself.
+    native = registered + [spec.op for spec in aten_ops if spec.op in GLUE_HOOK_KERNELS
+                           and scan.status(kernel_name(spec)) == "native"]
     # Device-only ops (no CPU kernel) the backend does not implement: the glue
     # registers their CPU reference or composite, or an error saying they must be native.
     device_only = {op: info for op, info in DEVICE_ONLY_OPS.items() if op not in registered}
@@ -365,21 +376,40 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "flsdk_version": FLSDK_VERSION,
         "dtype_enums": [scalar_type(t) for t in d.dtypes],
         "amp_dtypes": list(d.amp_dtypes),
-        "native_ops": registered,
+        "native_ops": native,
+        "glue_called_ops": [op for op in native if op in GLUE_HOOK_KERNELS],
         "cpu_reference_ops": [{"op": op, "reference": info.cpu_reference}
                               for op, info in device_only.items() if info.cpu_reference],
         "composite_ops": [{"op": op, "function": op.removeprefix("_thnn_")}
                           for op, info in device_only.items() if info.composite],
         "must_be_native_ops": [{"op": op, "reached_by": info.reached_by}
                                for op, info in device_only.items() if info.must_be_native],
+        "native_fill": "true" if "fill_.Scalar" in registered else "false",
+        "native_copy": None if native_copy is None else {
+            "schema": aten_sigs["copy_"].schema, "decl": aten_sigs["copy_"].decl,
+            "kernel": aten_sigs["copy_"].kernel,
+            "dtypes": [scalar_type(t) for t in backend.dtypes_for(native_copy)]},
+        "memory_model": d.memory_model,
+        "kernel_launch": d.kernel_launch,
+        "kernels_launch_on_streams": "true" if d.kernel_launch == "stream" else "false",
+        # What a wrapper does between the device guard and the kernel call.
+        "kernel_prologue": [] if d.kernel_launch == "stream" else [
+            "if (common_device.has_value()) wait_for_current_stream(common_device->index());",
+            "KernelScope scope;"],
+        "launch_note": ("kernel_launch: stream: the kernel queues its device work on the current "
+                        "stream itself; the wrapper never waits" if d.kernel_launch == "stream" else
+                        "kernel_launch: inline: the kernel runs in this thread after the work "
+                        "queued on the current stream, bracketed for the runtime"),
+        "runtime_memset": "true" if "memset" in d.runtime_primitives else "false",
+        "runtime_copy_strided": "true" if "copy_strided" in d.runtime_primitives else "false",
+        "runtime_host_kernels": "true" if "host_kernels" in d.runtime_primitives else "false",
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast.template_values(backend.ops),
-        "glue_kernels": list(GLUE_KERNELS.items()),
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
-        "native_ops_py": pprint.pformat(registered, width=100),
+        "native_ops_py": pprint.pformat(native, width=100),
         "device_only_py": pprint.pformat(
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
@@ -409,7 +439,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     package = values["package"]
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
-    cases = conformance_cases(backend, registered)
+    cases = conformance_cases(backend, native)
     outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
                           {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
@@ -443,7 +473,7 @@ def conformance_cases(backend: Backend, registered: list[str]):
     cpu_reference_dtypes = {}
     registered_set = set(registered)
     for spec in backend.ops:
-        if spec.op in GLUE_OPS:
+        if spec.op in GLUE_OPS and spec.op not in GLUE_OVERRIDES:
             skipped[spec.op] = "implemented by the generated glue (generated/minimal_ops.cpp)"
             continue
         if spec.op not in registered_set:

@@ -7,9 +7,10 @@ flsdk) can read it without loading torchgen or jinja2.
 
 from __future__ import annotations
 
-# ATen op -> the C++ function in generated/minimal_ops.cpp that implements it on
-# every backend (templates/cpp/minimal_ops.cpp.j2 registers exactly these). Op
-# specs never provide kernels for them.
+# ATen op -> the C++ function of the static glue that implements it on every
+# backend (flsdk/static_glue/minimal_ops.cpp and copies.cpp register exactly
+# these: tests/test_single_source.py). Op specs provide kernels only for the
+# GLUE_OVERRIDES below.
 GLUE_KERNELS = {
     "empty.memory_format": "empty_memory_format",
     "empty_strided": "empty_strided",
@@ -17,7 +18,7 @@ GLUE_KERNELS = {
     "view": "view",
     "_reshape_alias": "reshape_alias",
     "resize_": "resize_",
-    "_copy_from": "copy_from",
+    "_copy_from": "copy_from",  # copies.cpp
     "_copy_from_and_resize": "copy_from_and_resize",
     "_local_scalar_dense": "local_scalar_dense",
     "set_.source_Storage_storage_offset": "set_storage",
@@ -35,3 +36,17 @@ GLUE_KERNELS = {
 }
 
 GLUE_OPS = tuple(GLUE_KERNELS)
+
+# Glue ops a backend may take over with a native kernel listed in its op specs,
+# and what happens then (flsdk ops shows it).
+GLUE_OVERRIDES = {
+    "fill_.Scalar": "the backend's kernel is registered instead of the glue's fill "
+                    "(zero_ and fill_.Tensor go through it too)",
+}
+
+# Kernels the glue calls itself rather than registering them with the
+# dispatcher: op -> what calls them. copy_ on PrivateUse1 also receives copies
+# between host and device, which are the glue's job (generated/copies.cpp).
+GLUE_HOOK_KERNELS = {
+    "copy_": "the glue's _copy_from, for copies within one device that change dtype or layout",
+}

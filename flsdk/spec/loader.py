@@ -142,6 +142,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
             except ValueError as exc:
                 errors.add(doc.error(base + ("schema",), str(exc),
                                      f'a schema like "{op.split("::", 1)[1]}(Tensor self) -> Tensor"'))
+                schema = None  # nothing below may parse it again
         if "cpu_reference_dtype" in entry:
             errors.add(doc.error(base + ("cpu_reference_dtype",),
                                  "custom ops are compared with their `reference:`",
@@ -350,6 +351,17 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                              f"(Inductor's C++ kernels), not {compile_section['codegen']}",
                              "remove it, or set codegen: cpp"))
 
+    memory_model = memory.get("model", "host")
+    primitives = tuple(data.get("runtime_primitives", ()))
+    if (compile_section["codegen"] == "cpp" and memory_model == "discrete"
+            and "host_kernels" not in primitives):
+        errors.add(doc.error(("compile", "codegen"),
+                             "codegen cpp makes Inductor's kernels host code, which cannot read the "
+                             "memory of a discrete device (memory.model: discrete) unless the runtime "
+                             "runs host code on a stream with the device's view of its pointers",
+                             "add host_kernels to runtime_primitives (and implement launch_host_kernel "
+                             "and device_view in runtime/adapter.cpp), or use codegen triton or none"))
+
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
     descriptor = DeviceDescriptor(
@@ -382,6 +394,9 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         compile=_compile_config(compile_section, name),
         compute_units=0 if units["default"] == "auto" else int(units["default"]),
         compute_units_env=units.get("env", f"{upper}_COMPUTE_UNITS"),
+        memory_model=memory_model,
+        kernel_launch=data.get("kernel_launch", "inline"),
+        runtime_primitives=primitives,
     )
     if len(errors.errors) > before:
         return None

@@ -131,7 +131,7 @@ class DeviceCache {
             runtime::event_record(device_, event, native_stream(stream)) != runtime::Status::Ok) {
           // Cannot track it: make the device idle instead, then reuse at once.
           if (event) runtime::event_destroy(device_, event);
-          runtime::device_synchronize(device_);
+          host_wait_device(device_, HostWait::Allocator, "freeing a block used on another stream");
           continue;
         }
         pending_.push_back({event, block});
@@ -320,13 +320,21 @@ class DeviceCache {
     }
   }
 
-  // Gives whole free segments back to the runtime.
+  // Gives whole free segments back to the runtime. A cached block may still be
+  // read or written by work queued before it was freed (reuse on the same
+  // stream is ordered after that work; giving the memory back is not), so the
+  // device finishes its work first, once, when there is anything to give back.
   void release_cached_locked() {
+    bool waited = false;
     for (auto it = free_.begin(); it != free_.end();) {
       Block* block = *it;
       if (block->prev || block->next) {
         ++it;
         continue;
+      }
+      if (!waited) {
+        host_wait_device(device_, HostWait::Allocator, "releasing cached device memory");
+        waited = true;
       }
       it = free_.erase(it);
       segments_.erase(block);
@@ -446,8 +454,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    check_status(runtime::memcpy(dest, src, count, runtime::CopyKind::DeviceToDevice,
-                                 current_device(), nullptr),
+    auto device = current_device();
+    check_status(runtime::memcpy(dest, src, count, runtime::CopyKind::DeviceToDevice, device,
+                                 native_stream(current_stream(device))),
                  "memcpy");
   }
 

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "device_config.h"
+#include "host_sync.h"
+#include "kernel_api.h"
 #include "runtime_adapter.h"
 
 namespace FLSDK_BACKEND_NS {
@@ -25,8 +27,6 @@ void ensure_initialized();
 int device_count() noexcept;
 std::string init_error();
 
-// Throws a c10::Error naming the call and the runtime's message.
-void check_status(runtime::Status status, const char* call);
 // Throws c10::Error when index is not a valid device of this backend.
 void check_device_index(int index);
 
@@ -42,11 +42,13 @@ c10::Stream new_stream(c10::DeviceIndex index);
 // backs both torch.Stream() and the streams autograd asks for.
 c10::Stream pool_stream(c10::DeviceIndex index);
 
-// Kernels run inline in the calling thread; when the current stream queues
-// its work (a created stream), wait for that work first so order holds.
+// kernel_launch: inline (kernels run in the calling thread): before a kernel,
+// wait for the work queued on the current stream, so order holds. A no-op on
+// the default stream of a runtime that runs it inline.
 void wait_for_current_stream(c10::DeviceIndex index);
 
-// Brackets a native kernel so the runtime can open device memory (protect mode).
+// Brackets a kernel that runs in the calling thread (kernel_launch: inline) so
+// the runtime can open device memory.
 struct KernelScope {
   KernelScope() { runtime::kernel_begin(); }
   ~KernelScope() { runtime::kernel_end(); }

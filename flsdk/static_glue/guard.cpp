@@ -108,7 +108,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     auto* handle = static_cast<EventHandle*>(event);
     if (!handle || !handle->recorded) return;
-    check_status(runtime::event_synchronize(handle->device, handle->event), "event_synchronize");
+    host_wait_event(handle->device, handle->event, HostWait::Event, "event.synchronize()");
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
@@ -129,13 +129,13 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeStream(const c10::Stream& stream) const override {
-    check_status(runtime::stream_synchronize(stream.device_index(), native_stream(stream)),
-                 "stream_synchronize");
+    host_wait_stream(stream.device_index(), native_stream(stream), HostWait::Synchronize,
+                     "stream.synchronize()");
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     auto index = device_index < 0 ? current_device() : device_index;
-    check_status(runtime::device_synchronize(index), "device_synchronize");
+    host_wait_device(index, HostWait::Synchronize, "synchronize()");
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& stream) const override {

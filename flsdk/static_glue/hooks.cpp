@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -41,21 +42,43 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   return generators[static_cast<std::size_t>(i)];
 }
 
-// Page-locked memory has no meaning for a simulated chip; the allocator keeps
-// the contract (is_pinned, stats) so user code written for GPUs runs unchanged.
+// Pinned host memory: what copies between the host and the device go through
+// when they must not make the host wait. Blocks are cached by size class (a
+// power of two), as CUDA's caching host allocator does: a block freed while a
+// queued copy still reads or writes it goes back to the cache at once, and is
+// handed out again only once the events recorded for those copies completed.
+// (Whether the memory is page-locked is the runtime's business; the contract
+// is the stream ordering.)
 class HostAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) override {
-    void* ptr = bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr || bytes == 0, kBackendName,
-                     ": could not allocate ", bytes, " bytes of pinned host memory");
+    if (bytes == 0) return {nullptr, nullptr, &HostAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+    const std::size_t size = size_class(bytes);
+    void* ptr = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (ptr) sizes_[ptr] = bytes;
-      stats_.active_requests.increase(1);
-      stats_.active_bytes.increase(bytes);
-      stats_.num_host_alloc += 1;
+      auto& free = free_[size];
+      for (auto it = free.begin(); it != free.end(); ++it) {
+        if (!copies_done_locked(*it)) continue;
+        ptr = *it;
+        free.erase(it);
+        break;
+      }
+      if (ptr) {
+        blocks_[ptr].in_use = true;
+        stats_.active_requests.increase(1);
+        stats_.active_bytes.increase(size);
+        return {ptr, ptr, &HostAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+      }
     }
+    ptr = std::aligned_alloc(64, size);
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr, kBackendName, ": could not allocate ", bytes,
+                     " bytes of pinned host memory");
+    std::lock_guard<std::mutex> lock(mutex_);
+    blocks_[ptr] = Block{size, true, {}};
+    stats_.active_requests.increase(1);
+    stats_.active_bytes.increase(size);
+    stats_.num_host_alloc += 1;
     return {ptr, ptr, &HostAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -65,33 +88,38 @@ class HostAllocator final : public at::HostAllocator {
     std::memcpy(dest, src, count);
   }
 
-  // A non_blocking copy queued on a created stream still uses this block:
-  // freeing it waits for that copy (CUDA's pinned allocator defers reuse the
-  // same way). False (not tracked) tells the caller to synchronize instead.
+  // A copy queued on `stream` uses the block at `ptr` (its base): the block is
+  // not handed out again before the copy is done. False: not a block of ours.
   bool record_event(void* ptr, void*, c10::Stream stream) override {
-    runtime::Stream native = native_stream(stream);
-    if (!native) return true;  // the default stream runs copies inline
     int device = stream.device_index();
     runtime::Event event = nullptr;
     if (runtime::event_create(device, &event) != runtime::Status::Ok) return false;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!sizes_.count(ptr) || runtime::event_record(device, event, native) != runtime::Status::Ok) {
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() ||
+        runtime::event_record(device, event, native_stream(stream)) != runtime::Status::Ok) {
       runtime::event_destroy(device, event);
       return false;
     }
-    auto& events = pending_[ptr];
-    // Forget copies already done, so a long-lived buffer does not pile up events.
-    std::erase_if(events, [](const std::pair<int, runtime::Event>& e) {
-      bool done = false;
-      if (runtime::event_query(e.first, e.second, &done) != runtime::Status::Ok || !done)
-        return false;
-      runtime::event_destroy(e.first, e.second);
-      return true;
-    });
-    events.push_back({device, event});
+    it->second.copies.push_back({device, event});
     return true;
   }
-  void empty_cache() override {}
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, free] : free_) {
+      for (auto it = free.begin(); it != free.end();) {
+        if (!copies_done_locked(*it)) {
+          ++it;
+          continue;
+        }
+        blocks_.erase(*it);
+        std::free(*it);
+        stats_.num_host_free += 1;
+        it = free.erase(it);
+      }
+    }
+  }
   at::HostStats get_stats() override {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
@@ -101,7 +129,8 @@ class HostAllocator final : public at::HostAllocator {
 
   bool is_pinned(const void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return sizes_.count(const_cast<void*>(ptr)) > 0;
+    auto it = blocks_.find(const_cast<void*>(ptr));
+    return it != blocks_.end() && it->second.in_use;
   }
 
   static HostAllocator& instance() {
@@ -110,35 +139,45 @@ class HostAllocator final : public at::HostAllocator {
   }
 
  private:
+  struct Block {
+    std::size_t size = 0;
+    bool in_use = false;
+    std::vector<std::pair<int, runtime::Event>> copies;  // queued copies using the block
+  };
+
+  static std::size_t size_class(std::size_t bytes) {
+    std::size_t size = 512;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+
+  // Drops the events of finished copies; true when none is left.
+  bool copies_done_locked(void* ptr) {
+    auto& copies = blocks_[ptr].copies;
+    std::erase_if(copies, [](const std::pair<int, runtime::Event>& e) {
+      bool done = false;
+      if (runtime::event_query(e.first, e.second, &done) != runtime::Status::Ok) done = true;
+      if (done) runtime::event_destroy(e.first, e.second);
+      return done;
+    });
+    return copies.empty();
+  }
+
   static void deleter(void* ptr) {
     if (!ptr) return;
     auto& self = instance();
-    std::vector<std::pair<int, runtime::Event>> copies;
-    {
-      std::lock_guard<std::mutex> lock(self.mutex_);
-      auto pending = self.pending_.find(ptr);
-      if (pending != self.pending_.end()) {
-        copies = std::move(pending->second);
-        self.pending_.erase(pending);
-      }
-      auto it = self.sizes_.find(ptr);
-      if (it != self.sizes_.end()) {
-        self.stats_.active_requests.decrease(1);
-        self.stats_.active_bytes.decrease(it->second);
-        self.stats_.num_host_free += 1;
-        self.sizes_.erase(it);
-      }
-    }
-    for (auto& [device, event] : copies) {  // queued copies still using the block
-      runtime::event_synchronize(device, event);
-      runtime::event_destroy(device, event);
-    }
-    std::free(ptr);
+    std::lock_guard<std::mutex> lock(self.mutex_);
+    auto it = self.blocks_.find(ptr);
+    if (it == self.blocks_.end()) return;
+    it->second.in_use = false;
+    self.stats_.active_requests.decrease(1);
+    self.stats_.active_bytes.decrease(it->second.size);
+    self.free_[it->second.size].push_back(ptr);
   }
 
   std::mutex mutex_;
-  std::unordered_map<void*, std::size_t> sizes_;
-  std::unordered_map<void*, std::vector<std::pair<int, runtime::Event>>> pending_;
+  std::unordered_map<void*, Block> blocks_;
+  std::map<std::size_t, std::vector<void*>> free_;  // size class -> cached blocks
   at::HostStats stats_;
 };
 
@@ -188,9 +227,10 @@ class Hooks final : public at::PrivateUse1HooksInterface {
     c10::DataPtr fresh = allocator->allocate(newsize);
     std::size_t keep = std::min(old_size, newsize);
     if (keep > 0 && impl->data_ptr().get()) {
+      auto device = fresh.device().index();
       check_status(runtime::memcpy(fresh.get(), impl->data_ptr().get(), keep,
-                                   runtime::CopyKind::DeviceToDevice, fresh.device().index(),
-                                   nullptr),
+                                   runtime::CopyKind::DeviceToDevice, device,
+                                   native_stream(current_stream(device))),
                    "memcpy");
     }
     impl->set_data_ptr_noswap(std::move(fresh));

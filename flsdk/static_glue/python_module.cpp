@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <torch/headeronly/version.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -16,6 +17,7 @@
 #include "backend.h"
 #include "device_config.h"
 #include "fallback.h"
+#include "host_kernels.h"
 #include "native_ops.h"
 
 namespace py = pybind11;
@@ -60,7 +62,7 @@ PYBIND11_MODULE(_C, m) {
     int i = index < 0 ? current_device() : index;
     check_device_index(i);
     py::gil_scoped_release release;
-    check_status(runtime::device_synchronize(i), "device_synchronize");
+    host_wait_device(i, HostWait::Synchronize, "synchronize()");
   }, py::arg("device") = -1);
   m.def("empty_cache", [] { allocator::empty_cache(); });
   m.def("get_memory_config", [] { return allocator::get_config(); });
@@ -117,5 +119,26 @@ PYBIND11_MODULE(_C, m) {
   m.def("native_ops", [] { return native_op_names(); });
   m.def("torch_version", [] { return std::string(TORCH_VERSION); });
   m.def("generated_for_torch", [] { return std::string(config::kTorchVersion); });
+  m.def("host_syncs", [] {
+    py::dict out;
+    auto counts = host_wait_counts();
+    for (int i = 0; i < kHostWaitReasons; ++i)
+      out[host_wait_name(static_cast<HostWait>(i))] = counts[static_cast<std::size_t>(i)];
+    return out;
+  }, "Host waits for the device since the last reset, by reason (host_sync.h).");
+  m.def("reset_host_syncs", [] { reset_host_wait_counts(); });
+  m.def("set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); },
+        "0 off, 1 warn (once per op), 2 error on a wait the user did not ask for.");
+  m.def("get_sync_debug_mode", [] { return sync_debug_mode(); });
+  m.def("host_kernel_entry_points", [] {
+    py::dict out;
+    out["launch"] = reinterpret_cast<std::uintptr_t>(&host_kernels::flsdk_launch_host_kernel);
+    out["device_view"] = reinterpret_cast<std::uintptr_t>(&host_kernels::flsdk_device_view);
+    out["last_error"] = reinterpret_cast<std::uintptr_t>(&host_kernels::flsdk_last_launch_error);
+    return out;
+  }, "Addresses of the C functions that run host code as device work (host_kernels.h).");
+  m.attr("runtime_has_host_kernels") = config::kRuntimeHasHostKernels;
   m.attr("display_name") = config::kDisplayName;
+  m.attr("memory_model") = config::kMemoryModel;
+  m.attr("kernels_launch_on_streams") = config::kKernelsLaunchOnStreams;
 }

@@ -1,6 +1,11 @@
 // The device-runtime adapter: the only device-facing code the vendor writes
 // (in runtime/adapter.cpp). Everything that touches PyTorch's C++ API is
 // generated on top of these calls. Keep this header free of torch includes.
+//
+// The glue never reads or writes device memory itself: bytes move only through
+// these calls (and the backend's kernels). So a device whose memory the host
+// cannot address (device.yaml `memory.model: discrete`) works as one whose
+// memory it can.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +22,9 @@ enum class Status : int {
   InvalidDevice = 2,
   InvalidValue = 3,
   Error = 4,
+  // An optional primitive (memset, copy_strided) declining this call: the glue
+  // then takes its next path (see "Optional primitives" below). Not an error.
+  Unsupported = 5,
 };
 
 enum class CopyKind : int {
@@ -27,7 +35,10 @@ enum class CopyKind : int {
 };
 
 // Opaque handles owned by the vendor runtime. A null Stream is the device's
-// default stream, on which work runs in the calling thread.
+// default stream. Every stream, the default one included, may queue its work
+// and return at once (an asynchronous device) or run it before returning
+// (a synchronous one): the glue waits only where the result must be on the
+// host (a copy into host memory, .item(), synchronize, events).
 using Stream = void*;
 using Event = void*;
 
@@ -43,17 +54,25 @@ Status init(const DeviceConfig& config);
 int device_count();
 
 Status malloc(int device, std::size_t bytes, void** ptr);
+// The glue frees only memory no queued work uses any more (it synchronizes
+// the device before giving cached blocks back).
 Status free(int device, void* ptr);
-// `device` is the device of the device-side pointer (the destination for
-// DeviceToDevice); `stream` orders the copy after earlier work on it.
+// Queued on `stream` after the work already there; `device` is the device of
+// the device-side pointer (the destination for DeviceToDevice). Host memory
+// must stay valid until the stream reaches the copy: the glue guarantees it
+// (it stages pageable host memory through pinned buffers whose reuse waits
+// for the copy, and synchronizes before reading a copy into host memory).
 Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind,
               int device, Stream stream);
+// Between two devices; complete when it returns (the glue first waits for the
+// work queued on both devices' current streams).
 Status memcpy_peer(void* dst, int dst_device, const void* src, int src_device,
                    std::size_t bytes);
 Status memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes);
 
 Status stream_create(int device, Stream* stream);
 Status stream_destroy(int device, Stream stream);
+// Waits for every piece of work queued on `stream` (null: the default stream).
 Status stream_synchronize(int device, Stream stream);
 Status stream_query(int device, Stream stream, bool* idle);
 Status stream_wait_event(int device, Stream stream, Event event);
@@ -67,8 +86,10 @@ Status event_elapsed_ms(Event start, Event end, float* ms);
 
 Status device_synchronize(int device);
 
-// Bracket every native kernel (nested calls allowed). A runtime that guards
-// device memory from the host (acme's protect mode) opens it here.
+// Bracket every native kernel of a backend whose kernels run in the calling
+// thread (device.yaml `kernel_launch: inline`; nested calls allowed). A runtime
+// that guards device memory from the host opens it here. Not called for
+// `kernel_launch: stream`, where kernels queue their device work themselves.
 void kernel_begin();
 void kernel_end();
 
@@ -78,5 +99,53 @@ std::string get_option(const char* key);
 
 // Message of the last failed call on this thread.
 const char* last_error();
+
+// ---- Optional primitives ------------------------------------------------------
+// Declared for every backend, called only when device.yaml's `runtime:` list
+// names them (config::kRuntimeHasMemset / kRuntimeHasCopyStrided): a runtime
+// that does not list one need not define it. Both are queued on `stream` like
+// memcpy. Either may return Unsupported for a call it does not handle; the
+// glue then takes its next path: a native kernel of the backend comes first,
+// these second, and copying through host memory last.
+
+// Sets `bytes` bytes at device address `dst` to `value` (zero_, fill_ with a
+// value whose bytes are all equal: 0, -1, false, true on one byte...).
+Status memset(void* dst, int value, std::size_t bytes, int device, Stream stream);
+
+// Element types of copy_strided, numbered as PyTorch's ScalarType (the glue
+// checks the numbering at compile time).
+enum class Dtype : int {
+  UInt8 = 0, Int8 = 1, Int16 = 2, Int32 = 3, Int64 = 4, Float16 = 5, Float32 = 6,
+  Float64 = 7, Bool = 11, BFloat16 = 15,
+};
+
+// One strided copy between two device buffers of `device`, converting the
+// element type: for every index i (0 <= i[d] < sizes[d]),
+//   dst[sum i[d] * dst_strides[d]] = convert(src[sum i[d] * src_strides[d]])
+// Strides count elements; a source stride may be 0 (a fill is a copy from one
+// element). Source and destination do not overlap. Conversions follow C++'s
+// (float to integer truncates toward zero; to bool: nonzero is true).
+constexpr int kMaxCopyDims = 16;
+struct StridedCopy {
+  void* dst;
+  const void* src;
+  Dtype dst_dtype;
+  Dtype src_dtype;
+  int ndim;  // 0..kMaxCopyDims (0: one element)
+  std::int64_t sizes[kMaxCopyDims];
+  std::int64_t dst_strides[kMaxCopyDims];
+  std::int64_t src_strides[kMaxCopyDims];
+};
+Status copy_strided(const StridedCopy& copy, int device, Stream stream);
+
+// host_kernels: host code run as device work, for a device whose "device" can
+// execute host code (a simulator): Inductor's C++ kernels on a discrete device
+// (device.yaml compile.codegen cpp with memory.model discrete).
+// launch_host_kernel queues fn(arg) on `stream` and returns; fn owns `arg`.
+// While fn runs, device_view(p) gives the address at which that code reaches
+// the bytes at device address p (null if p is not device memory); it is not
+// valid outside such work.
+Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg);
+void* device_view(const void* device_ptr);
 
 }  // namespace FLSDK_BACKEND_NS::runtime

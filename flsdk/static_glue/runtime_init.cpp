@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "device_config.h"
+#include "kernel_api.h"
 
 namespace FLSDK_BACKEND_NS {
 namespace {
@@ -164,11 +165,21 @@ c10::Stream set_current_stream(const c10::Stream& stream) {
   return previous;
 }
 
+// kernel_launch: inline requires a runtime whose default stream runs work before
+// returning (docs/runtime-adapter.md), so only a created stream is waited for.
 void wait_for_current_stream(c10::DeviceIndex index) {
   auto slot = static_cast<std::size_t>(index);
   if (slot >= t_current_streams.size() || t_current_streams[slot] == 0) return;
   auto stream = current_stream(index);
-  check_status(runtime::stream_synchronize(index, native_stream(stream)), "stream_synchronize");
+  host_wait_stream(index, native_stream(stream), HostWait::InlineKernel, "a kernel");
+}
+
+runtime::Stream launch_stream(c10::DeviceIndex device) {
+  return native_stream(current_stream(device));
+}
+
+void wait_for_device_results(c10::DeviceIndex device, const char* op) {
+  host_wait_stream(device, launch_stream(device), HostWait::Kernel, op);
 }
 
 c10::Stream new_stream(c10::DeviceIndex index) {

@@ -1,9 +1,12 @@
-"""`codegen: cpp`: Inductor's C++ kernels run directly on the device's memory.
+"""`codegen: cpp`: Inductor's C++ kernels run on the device's memory.
 
 For a device whose memory the host can address (a simulator, unified memory),
 Inductor's CPU code generator (CppScheduling) can produce the fused kernels:
 they only need the buffers' pointers, which the Python wrapper passes exactly
-as on CPU. What the device adds over CPU is small and lives here:
+as on CPU. On a discrete device whose runtime runs host code as device work
+(runtime primitive host_kernels), the same kernels are launched on the current
+stream instead and reach the buffers through the device's view
+(host_kernels.py). What the device adds over CPU is small and lives here:
 
 * op overrides: the device module's set_device / synchronize / device guard;
 * the wrapper: calls host kernels inline for this device (stock Inductor
@@ -22,9 +25,11 @@ from __future__ import annotations
 from textwrap import dedent
 
 
-def make_classes(name: str, sleef_u35=()):
+def make_classes(name: str, sleef_u35=(), discrete: bool = False):
     """(DeviceOpOverrides instance, wrapper class, scheduling class) for device `name`;
-    its fused kernels compute the float32 functions `sleef_u35` with Sleef's 3.5-ULP versions."""
+    its fused kernels compute the float32 functions `sleef_u35` with Sleef's 3.5-ULP versions.
+    On a `discrete` device (memory.model: discrete) each kernel call is launched on the
+    current stream as device work (host_kernels.py) instead of called."""
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.ir import ExternKernel
@@ -58,6 +63,13 @@ def make_classes(name: str, sleef_u35=()):
             return super()._generate_kernel_call_helper(
                 kernel_name, call_args, device=device, triton=triton, **kwargs)
 
+        def define_kernel(self, kernel_name, kernel_body, *args, **kwargs):
+            stock = "async_compile.cpp_pybinding("
+            if discrete and kernel_body.startswith(stock):
+                # launched on the stream with the device's view of its pointers
+                kernel_body = "_flsdk_host_kernels.pybinding(async_compile, " + kernel_body[len(stock):]
+            return super().define_kernel(kernel_name, kernel_body, *args, **kwargs)
+
         def make_allocation(self, buf_name, device, dtype, shape, stride,
                             allocation_shape=None, is_pinned=False):
             line = super().make_allocation(buf_name, device, dtype, shape, stride,
@@ -79,6 +91,11 @@ def make_classes(name: str, sleef_u35=()):
             if is_subgraph:
                 return SubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return WrapperCodegen()
+
+        def write_header(self) -> None:
+            super().write_header()
+            if discrete:  # the kernels' definitions call it (define_kernel above)
+                self.imports.writeline("from torch_fl.compile import host_kernels as _flsdk_host_kernels")
 
         def generate(self, is_inference):
             result = super().generate(is_inference)
@@ -139,7 +156,14 @@ def register(name: str, config: dict, key: str) -> dict:
     from . import workarounds
     from .registration import register_with_inductor
 
-    overrides, wrapper, scheduling = make_classes(name, config.get("sleef_u35", ()))
+    from .. import _backends
+
+    discrete = (getattr(_backends.backend(name), "DESCRIPTOR", {}) or {}).get("memory_model") == "discrete"
+    if discrete:
+        from . import host_kernels
+
+        host_kernels.set_entry_points(_backends.native(name))
+    overrides, wrapper, scheduling = make_classes(name, config.get("sleef_u35", ()), discrete)
     hooks = register_with_inductor(
         name, key, scheduling=scheduling, wrapper=wrapper, op_overrides=overrides,
         no_cpp_wrapper_why="Inductor's C++ wrapper needs a per-device C shim "

@@ -154,7 +154,11 @@ def same_kernels_as_cpu(device: str, codegen: str) -> None:
     assert len(kernels[device]) == len(kernels["cpu"]), (len(kernels[device]), len(kernels["cpu"]))
 
 
-_KERNEL_SOURCE = re.compile(r"async_compile\.cpp_pybinding\((.*?)'''\)", re.S)
+# A kernel's definition in the wrapper: called (host memory) or launched on the
+# stream (a discrete device: torch_fl.compile.host_kernels).
+_KERNEL_SOURCE = re.compile(
+    r"(?:async_compile\.cpp_pybinding\(|_flsdk_host_kernels\.pybinding\(async_compile, )(.*?)'''\)",
+    re.S)
 
 
 def _cpp_kernels(code: str) -> list[str]:

@@ -1,15 +1,11 @@
-{{ header }}
-// The minimal op set every backend needs: allocation, views, resize, copies
-// between host and device, scalar reads, storage swaps and fills.
+// The minimal op set every backend needs: allocation, views, resize, storage
+// swaps, record_stream, the SDPA backend choice, complex views and sparse
+// bookkeeping. The ops that move or set bytes (copies, .item(), fill_, zero_)
+// are in copies.cpp.
 //
 // Storage is bytes: tensors of every dtype live on the device, also dtypes
 // device.yaml does not list (those it cannot compute; their ops run on the
 // CPU fallback, see register_kernels.cpp).
-//
-// Copies that change dtype or layout between two device buffers, and fills,
-// run on a host view of the device memory inside a KernelScope: the runtime
-// adapters flsdk scaffolds (host memory, acme's simulated arenas) are
-// host-addressable. A chip whose memory is not must provide these as kernels.
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/SDPBackend.h>
@@ -18,7 +14,6 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_indices_native.h>
-#include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 #include <ATen/ops/_values_native.h>
@@ -33,9 +28,7 @@
 #include <ATen/ops/sparse_dim_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/copy.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -49,8 +42,9 @@
 #include <algorithm>
 
 #include "backend.h"
+#include "glue_hooks.h"
 
-namespace {{ ns }} {
+namespace FLSDK_BACKEND_NS {
 namespace {
 
 const c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
@@ -128,150 +122,6 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   return self;
 }
 
-// A CPU tensor aliasing device memory; only touch it inside a KernelScope.
-at::Tensor host_view(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(),
-                       at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
-}
-
-bool is_device(const at::Tensor& t) { return t.device().type() == kDeviceType; }
-
-bool same_layout(const at::Tensor& a, const at::Tensor& b) {
-  return a.scalar_type() == b.scalar_type() && a.is_contiguous() && b.is_contiguous();
-}
-
-runtime::Stream stream_of(const at::Tensor& device_tensor) {
-  return native_stream(current_stream(device_tensor.device().index()));
-}
-
-void memcpy_contiguous(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
-  std::size_t bytes = static_cast<std::size_t>(src.numel()) * src.element_size();
-  if (bytes == 0) return;
-  if (is_device(src) && is_device(dst) && src.device() != dst.device()) {
-    // The peer copy runs now, outside any stream: first let work queued on
-    // both devices' current streams (e.g. a non_blocking copy into src) finish.
-    wait_for_current_stream(src.device().index());
-    wait_for_current_stream(dst.device().index());
-    check_status(runtime::memcpy_peer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
-                                      src.device().index(), bytes),
-                 "memcpy_peer");
-    return;
-  }
-  runtime::CopyKind kind;
-  const at::Tensor* device_side;
-  if (is_device(src) && is_device(dst)) {
-    kind = runtime::CopyKind::DeviceToDevice;
-    device_side = &dst;
-  } else if (is_device(dst)) {
-    kind = runtime::CopyKind::HostToDevice;
-    device_side = &dst;
-  } else {
-    kind = runtime::CopyKind::DeviceToHost;
-    device_side = &src;
-  }
-  auto device_index = device_side->device().index();
-  auto stream = stream_of(*device_side);
-  check_status(runtime::memcpy(dst.data_ptr(), src.data_ptr(), bytes, kind, device_index, stream),
-               "memcpy");
-  if (!stream) return;  // the default stream copied inline
-  // The copy is queued and the host buffer may be freed as soon as we return.
-  // As with CUDA, only pinned memory is copied asynchronously: the pinned
-  // allocator then holds its block until the copy is done. Pageable memory waits.
-  if (non_blocking && kind != runtime::CopyKind::DeviceToDevice) {
-    const auto& host = kind == runtime::CopyKind::HostToDevice ? src : dst;
-    const auto& data = host.storage().data_ptr();
-    if (at::detail::getPrivateUse1Hooks().isPinnedPtr(data.get()) &&
-        at::getHostAllocator(kDeviceType)
-            ->record_event(data.get(), data.get_context(), current_stream(device_index)))
-      return;
-  }
-  if (!non_blocking || kind != runtime::CopyKind::DeviceToDevice)
-    check_status(runtime::stream_synchronize(device_index, stream), "stream_synchronize");
-}
-
-at::Tensor device_empty_like_contiguous(const at::Tensor& like, c10::ScalarType dtype,
-                                        c10::Device device) {
-  return at::empty(like.sizes(), at::TensorOptions().dtype(dtype).device(device));
-}
-
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(is_device(self) || is_device(dst), kBackendName, ": _copy_from without a ",
-              kBackendName, " tensor");
-  at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
-  if (dst.numel() == 0) return dst;
-  if (same_layout(src, dst)) {
-    memcpy_contiguous(dst, src, non_blocking);
-    return dst;
-  }
-  if (is_device(src) && is_device(dst)) {
-    if (src.device() == dst.device()) {
-      c10::DeviceGuard guard(dst.device());
-      wait_for_current_stream(dst.device().index());
-      KernelScope scope;
-      host_view(dst).copy_(host_view(src));
-      return dst;
-    }
-    // Across devices: make src contiguous where it is, move it as is, then
-    // restride/convert on dst's device. (Copying a strided src straight into
-    // a buffer on dst's device re-entered this branch until the stack overflowed.)
-    at::Tensor contiguous_src = src;
-    if (!src.is_contiguous()) {
-      contiguous_src = device_empty_like_contiguous(src, src.scalar_type(), src.device());
-      copy_from(src, contiguous_src, false);
-    }
-    at::Tensor moved = device_empty_like_contiguous(src, src.scalar_type(), dst.device());
-    memcpy_contiguous(moved, contiguous_src, false);
-    return copy_from(moved, dst, non_blocking);
-  }
-  if (is_device(dst)) {
-    // Host -> device: convert on the host, transfer contiguous, restride on device.
-    at::Tensor staged = src.to(dst.scalar_type()).contiguous();
-    if (dst.is_contiguous()) {
-      memcpy_contiguous(dst, staged, false);
-      return dst;
-    }
-    at::Tensor tmp = device_empty_like_contiguous(staged, staged.scalar_type(), dst.device());
-    memcpy_contiguous(tmp, staged, false);
-    return copy_from(tmp, dst, non_blocking);
-  }
-  // Device -> host: contiguous on the device, transfer, convert on the host.
-  at::Tensor contiguous_src = src;
-  if (!src.is_contiguous()) {
-    contiguous_src = device_empty_like_contiguous(src, src.scalar_type(), src.device());
-    copy_from(src, contiguous_src, false);
-  }
-  at::Tensor host = at::empty(contiguous_src.sizes(),
-                              at::TensorOptions().dtype(src.scalar_type()).device(c10::kCPU));
-  memcpy_contiguous(host, contiguous_src, false);
-  const_cast<at::Tensor&>(dst).copy_(host);
-  return dst;
-}
-
-at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) {
-    if (is_device(dst)) {
-      resize_(dst, self.sym_sizes(), std::nullopt);
-    } else {
-      const_cast<at::Tensor&>(dst).resize_(self.sizes());
-    }
-  }
-  return copy_from(self, dst, false);
-}
-
-c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, kBackendName, ": a Tensor with ", self.numel(),
-              " elements cannot be converted to Scalar");
-  at::Tensor host =
-      at::empty({}, at::TensorOptions().dtype(self.scalar_type()).device(c10::kCPU));
-  auto stream = stream_of(self);
-  check_status(runtime::memcpy(host.data_ptr(), self.data_ptr(), self.element_size(),
-                               runtime::CopyKind::DeviceToHost, self.device().index(), stream),
-               "memcpy");
-  if (stream)
-    check_status(runtime::stream_synchronize(self.device().index(), stream), "stream_synchronize");
-  return at::_local_scalar_dense(host);
-}
-
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt storage_offset,
                         c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
   auto offset = storage_offset.guard_int(__FILE__, __LINE__);
@@ -316,24 +166,6 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(empty), 0, size, {});
 }
 
-at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
-  if (self.numel() == 0) return self;
-  c10::DeviceGuard guard(self.device());
-  wait_for_current_stream(self.device().index());
-  KernelScope scope;
-  host_view(self).fill_(value);
-  return self;
-}
-
-at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
-  TORCH_CHECK(value.dim() == 0, kBackendName, ": fill_ only supports 0-dimension value tensor "
-              "but got tensor with ", value.dim(), " dimensions");
-  c10::Scalar scalar = is_device(value) ? local_scalar_dense(value) : value.item();
-  return fill_scalar(self, scalar);
-}
-
-at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
-
 // Tensor.record_stream: the caching allocator keeps the tensor's block until
 // the work queued on `stream` when the block is freed has finished (the guard
 // forwards to the allocator, as for CUDA).
@@ -363,8 +195,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                          const std::optional<at::Tensor>&, double dropout_p, bool, std::optional<double>,
                          bool enable_gqa) {
-  constexpr bool kHasFusedAttention = {{ fused_attention }};
-  if (kHasFusedAttention && dropout_p == 0.0 && !enable_gqa &&
+  if (hooks::kFusedAttention && dropout_p == 0.0 && !enable_gqa &&
       at::globalContext().userEnabledOverrideableSDP())
     return static_cast<int64_t>(at::SDPBackend::overrideable);
   return static_cast<int64_t>(at::SDPBackend::math);
@@ -378,9 +209,21 @@ at::Tensor view_as_real_view(const at::Tensor& self) { return at::native::view_a
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-{% for op, fn in glue_kernels %}
-  m.impl("{{ op }}", TORCH_FN({{ fn }}));
-{% endfor %}
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex_view));
+  m.impl("view_as_real", TORCH_FN(view_as_real_view));
 }
 
 // Sparse COO tensors on the device: a sparse tensor is bookkeeping over two
@@ -417,4 +260,4 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
 }
 
-}  // namespace {{ ns }}
+}  // namespace FLSDK_BACKEND_NS

@@ -1,14 +1,15 @@
-{{ header }}
 // Boxed CPU fallback for every op without a native kernel: copies the device
 // inputs to the host, runs PyTorch's CPU kernel, copies results back, and
 // logs what it did. It can be switched off (then the op fails, naming op,
 // device and dtypes) and ops can be denied one by one. The generated
 // wrappers send it the calls whose dtypes a native kernel does not list.
+// Its copies to the host are the host waits it causes (HostWait::Fallback).
 //
 // Device-only ops (flsdk/spec/device_only.py: no CPU kernel exists, so the
 // boxed fallback cannot run them) that the backend does not implement get
 // their CPU reference op, a composite of other ops, or an error saying they
-// must be native.
+// must be native: fallback_device_only.cpp (generated) registers them with
+// the functions of fallback_device_only.h defined here.
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -32,8 +33,9 @@
 #include "backend.h"
 #include "device_config.h"
 #include "fallback.h"
+#include "fallback_device_only.h"
 
-namespace {{ ns }}::fallback {
+namespace FLSDK_BACKEND_NS::fallback {
 namespace {
 
 struct Stats {
@@ -64,6 +66,8 @@ std::atomic<bool> g_warn{[] {
   return value && *value && std::string(value) != "0";
 }()};
 
+}  // namespace
+
 std::string op_name(const c10::OperatorHandle& op) {
   const auto& name = op.schema().operator_name();
   std::string out = name.name;
@@ -72,6 +76,8 @@ std::string op_name(const c10::OperatorHandle& op) {
   if (!name.overload_name.empty()) out += "." + name.overload_name;
   return out;
 }
+
+namespace {
 
 int64_t device_bytes(const c10::IValue& value) {
   if (value.isTensor()) {
@@ -179,6 +185,49 @@ void resolve_lazy_views(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
 // Everything the fallback does around the CPU work `run` does on the stack:
 // deny list and mode, the warning, the device check, timing and the log.
+// The CPU kernel of a structured out= op may use a CPU copy of `out` for an
+// intermediate of another shape and resize it back (mse_loss computes its
+// elementwise losses there before reducing into the 0-dim result), and PyTorch
+// warns about that first resize although the caller's tensor ends with the
+// shape it had. Such a warning the user did not cause is dropped when every
+// written argument ends with its shape; every other warning, and that one when
+// an argument did change shape (the user's out really was resized), is passed on.
+class OutResizeWarnings final : public c10::WarningHandler {
+ public:
+  OutResizeWarnings(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                    std::size_t num_arguments)
+      : guard_(this) {
+    const auto& args = op.schema().arguments();
+    const std::size_t base = stack.size() - num_arguments;
+    for (std::size_t i = 0; i < num_arguments; ++i) {
+      const auto* alias = args[i].alias_info();
+      const auto& v = stack[base + i];
+      if (alias != nullptr && alias->isWrite() && v.isTensor() && v.toTensor().defined())
+        written_.push_back({v.toTensor(), v.toTensor().sizes().vec()});
+    }
+  }
+
+  void process(const c10::Warning& warning) override { warnings_.push_back(warning); }
+
+  // After the op: pass the warnings on (this handler is no longer current).
+  void finish() {
+    guard_.reset();
+    bool kept_shapes = true;
+    for (const auto& [tensor, sizes] : written_) kept_shapes &= tensor.sizes().vec() == sizes;
+    for (const auto& w : warnings_) {
+      if (kept_shapes && w.msg().find("An output with one or more elements was resized") !=
+                             std::string::npos)
+        continue;
+      c10::warn(w);
+    }
+  }
+
+ private:
+  std::optional<c10::WarningUtils::WarningHandlerGuard> guard_;
+  std::vector<std::pair<at::Tensor, std::vector<int64_t>>> written_;
+  std::vector<c10::Warning> warnings_;
+};
+
 template <class Run>
 void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run) {
   std::string name = op_name(op);
@@ -208,7 +257,12 @@ void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run
   for (std::size_t i = stack->size() - num_arguments; i < stack->size(); ++i)
     bytes += device_bytes((*stack)[i]);
   auto start = std::chrono::steady_clock::now();
-  run();
+  {
+    HostWaitReason reason(HostWait::Fallback);  // its copies to the host
+    OutResizeWarnings warnings(op, *stack, num_arguments);
+    run();
+    warnings.finish();
+  }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto num_returns = op.schema().returns().size();
@@ -218,11 +272,7 @@ void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run
 }
 
 // --- device-only ops the backend does not implement ---------------------------
-
-// The CPU op computing what a device-only op computes (device_only.py).
-const std::map<std::string, std::string> kCpuReference = {
-{% for r in cpu_reference_ops %}    {"{{ r.op }}", "{{ r.reference }}"},
-{% endfor %}};
+// (the tables and registrations are generated: fallback_device_only.cpp)
 
 // convolution_backward takes bias_sizes after weight, which the overrideable
 // form leaves out: [C_out] (weight is [C_out, C_in/groups, ...], transposed
@@ -238,30 +288,31 @@ void insert_bias_sizes(torch::jit::Stack* stack) {
                 c10::IValue(std::vector<int64_t>{channels}));
 }
 
-void cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void run_as_cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          const std::string& reference_op) {
   std::string name = op_name(op);
   const auto& reference = c10::Dispatcher::singleton().findSchemaOrThrow(
-      ("aten::" + kCpuReference.at(name)).c_str(), "");
+      ("aten::" + reference_op).c_str(), "");
   run_logged(op, stack, [&] {
     if (name == "convolution_backward_overrideable") insert_bias_sizes(stack);
     at::native::cpu_fallback(reference, stack);
   });
 }
 
-// What reaches a device-only op that must be native, for the error.
-const std::map<std::string, std::string> kMustBeNative = {
-{% for r in must_be_native_ops %}    {"{{ r.op }}", "{{ r.reached_by }}"},
-{% endfor %}};
-
-void must_be_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void raise_must_be_native(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          const std::string& reached_by) {
   std::string name = op_name(op);
   TORCH_CHECK_NOT_IMPLEMENTED(
       false, kBackendName, ": aten::", name, " must be implemented natively by the ",
       kBackendName, " backend (", describe_arguments(*stack, op.schema().arguments().size()),
       "): PyTorch has no CPU kernel for it, so the CPU fallback cannot run it. It is reached by ",
-      kMustBeNative.at(name), ". The vendor must add aten::", name,
+      reached_by, ". The vendor must add aten::", name,
       " to an op spec, list it in device.yaml's native ops and write its kernel.");
 }
+
+namespace {
 
 // Composites: the fused RNN cells PyTorch uses on PrivateUse1 (as on CUDA),
 // written with other ops, which run natively or on the fallback. Workspaces
@@ -278,6 +329,8 @@ auto timed(const char* name, F f) {
 at::Tensor with_biases(const at::Tensor& gates, const std::optional<at::Tensor>& bias) {
   return bias.has_value() && bias->defined() ? gates + *bias : gates;
 }
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
@@ -347,8 +400,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
   });
 }
 
-}  // namespace
-
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_logged(op, stack, [&] { at::native::cpu_fallback(op, stack); });
 }
@@ -398,14 +449,4 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_cpu>());
 }
-{% if cpu_reference_ops or composite_ops or must_be_native_ops %}
-
-// Device-only ops this backend does not implement natively.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-{% for r in cpu_reference_ops %}  m.impl("{{ r.op }}", torch::CppFunction::makeFromBoxedFunction<&cpu_reference>());
-{% endfor %}{% for c in composite_ops %}  m.impl("{{ c.op }}", TORCH_FN({{ c.function }}));
-{% endfor %}{% for r in must_be_native_ops %}  m.impl("{{ r.op }}", torch::CppFunction::makeFromBoxedFunction<&must_be_native>());
-{% endfor %}}
-{% endif %}
-
-}  // namespace {{ ns }}::fallback
+}  // namespace FLSDK_BACKEND_NS::fallback

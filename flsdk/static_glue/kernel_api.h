@@ -1,0 +1,29 @@
+// What kernels may use of the generated glue (kernels.h includes it): the
+// stream to queue device work on, a counted host wait for the few kernels
+// whose output shape depends on data (nonzero, unique, masked_select), which
+// must read a count from the device before they can allocate, and the glue's
+// error for a failed runtime call.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include "device_config.h"
+#include "host_sync.h"
+
+namespace FLSDK_BACKEND_NS {
+
+// Throws a c10::Error (a Python RuntimeError) naming `call` and carrying the
+// runtime's last_error(), unless `status` is Ok.
+void check_status(runtime::Status status, const char* call);
+
+// The native handle of the current stream of `device` (null: its default
+// stream): where a kernel queues its device work, in order after the work
+// the caller queued before.
+runtime::Stream launch_stream(c10::DeviceIndex device);
+
+// The host waits for the work queued on the current stream of `device`, so
+// the kernel `op` can read a result it copied to the host (counted as a
+// "kernel" host wait).
+void wait_for_device_results(c10::DeviceIndex device, const char* op);
+
+}  // namespace FLSDK_BACKEND_NS
