@@ -62,7 +62,13 @@ def cmd_gen(args) -> int:
     print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
           f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
+    for mismatch in result.mismatches:
+        print(f"error: {mismatch.message()}", file=sys.stderr)
     if r.conflicts:
+        return 1
+    if result.mismatches:
+        print(f"flsdk gen: {len(result.mismatches)} kernel(s) defined with another signature than "
+              "generated/kernels.h declares: the build would fail on them", file=sys.stderr)
         return 1
     if args.check and (r.created or r.updated or r.removed or result.stubs_created):
         print("flsdk gen --check: generated files are stale; run `flsdk gen`", file=sys.stderr)

@@ -351,3 +351,32 @@ def test_gen_removes_generated_files_it_no_longer_produces(backend):
     result = generate(backend)
     assert result.report.removed == ["generated/register_kernels_99.cpp"]
     assert not old.exists() and mine.exists()  # files flsdk did not write stay
+
+
+def test_a_kernel_with_another_signature_is_named_before_any_compiler_runs(backend):
+    """issue #27 item 3: the compiler's "no previous declaration" names neither
+    the expected signature nor kernels.h; `flsdk gen` says both, with file:line,
+    and fails. Namespaces and parameter names do not count, a multi-line return
+    type is read whole."""
+    import subprocess
+    import sys
+
+    generate(backend)
+    kernel = backend / "kernels" / "relu.cpp"
+    kernel.write_text('#include "kernels.h"\nnamespace zeta::kernels {\n\n'
+                      "at::Tensor k_relu(at::Tensor self) {\n  return self;\n}\n}\n")
+    result = generate(backend)
+    assert [(m.file, m.line, m.kernel) for m in result.mismatches] == [("kernels/relu.cpp", 4, "k_relu")]
+    message = result.mismatches[0].message()
+    assert "at::Tensor k_relu(at::Tensor self)" in message
+    assert "at::Tensor k_relu(const at::Tensor & self)" in message and "generated/kernels.h" in message
+    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", "gen"], cwd=backend,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "kernels/relu.cpp:4: k_relu is defined as" in proc.stderr
+    # the same signature spelled with other namespaces and names, on two lines: accepted
+    kernel.write_text('#include "kernels.h"\nnamespace zeta::kernels {\n\nc10::TensorBase\n'
+                      "k_relu(const at::Tensor& x) {\n  return x;\n}\n}\n")
+    assert [m.kernel for m in generate(backend).mismatches] == ["k_relu"]  # TensorBase is not Tensor
+    kernel.write_text('#include "kernels.h"\nnamespace zeta::kernels {\n\n::at::Tensor\n'
+                      "k_relu(const ::at::Tensor &x) {\n  return x;\n}\n}\n")
+    assert generate(backend).mismatches == []

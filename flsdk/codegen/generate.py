@@ -20,6 +20,7 @@ from flsdk.spec.model import Backend
 
 from . import signatures
 from .context import build_context, variant_kernel_names, kernel_name, stub_values
+from .kernel_check import find_mismatches
 from .kernel_scan import scan_kernels
 from .writer import GeneratedWriter, WriteReport, atomic_write, with_header
 
@@ -36,6 +37,7 @@ class GenResult:
     orphan_kernels: list[str] = field(default_factory=list)   # kernels whose op left the specs
     superseded_stubs: dict[str, str] = field(default_factory=dict)  # stub file -> real kernel file
     drift: list[str] = field(default_factory=list)            # ops whose schema changed
+    mismatches: list = field(default_factory=list)            # kernels defined with another signature
     skipped_variants: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -119,6 +121,10 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     result.superseded_stubs = dict(sorted(scan.superseded.items()))
     ctx = build_context(backend, scan, torch_version)
     result.skipped_variants = ctx.skipped_variants
+    declared = {k.kernel: k.decl for k in ctx.kernel_sigs}
+    declared.update({w.variant_kernel.kernel: w.variant_kernel.decl for w in ctx.wrappers
+                     if w.variant_kernel is not None})
+    result.mismatches = find_mismatches(root, declared)
     sources = "device.yaml and op specs"
     for out in ctx.outputs:
         if out.static:
