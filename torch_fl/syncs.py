@@ -5,6 +5,8 @@ waits only where a result must reach it. Every such wait in a backend's glue
 and kernels is counted, by reason:
 
     copy_to_host   x.cpu(), print(x), .tolist(): a copy into pageable memory
+    copy_to_device x.to(device) without non_blocking=True: as on CUDA, the copy
+                   is done when it returns (any stream may then use the result)
     item           x.item(), float(x), `if x:`
     kernel         an op whose output shape depends on data (nonzero, unique)
     fallback       the CPU fallback's copies to the host

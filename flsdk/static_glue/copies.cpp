@@ -9,9 +9,11 @@
 //   copy_strided (device.yaml `runtime:`), else staged through host memory
 //   (the bytes to the host, PyTorch's CPU copy, the bytes back);
 // * host to device: the host converts (dtype, layout) in host memory, the
-//   bytes go through a pinned staging block (the host does not wait; the
-//   block is not reused before the copy is done), and a strided destination
-//   is written from a contiguous device buffer as above;
+//   bytes go through a pinned staging block (not reused before the copy is
+//   done), and a strided destination is written from a contiguous device
+//   buffer as above. Without non_blocking the host then waits for the copy
+//   (HostWait::CopyToDevice), as CUDA's does: the result is ready for any
+//   stream, which code written for CUDA relies on;
 // * device to host: a contiguous copy on the device if needed, the bytes to
 //   host memory, and the host waits for them (HostWait::CopyToHost), except a
 //   non_blocking copy into pinned memory, which the user synchronizes;
@@ -240,6 +242,9 @@ void host_to_device_copy(const at::Tensor& dst, const at::Tensor& src_in, bool n
                        static_cast<std::size_t>(staged.nbytes()), dst.device().index(),
                        direct ? &src.storage().data_ptr() : nullptr);
   if (!target.is_same(dst)) same_device_copy(dst, target, non_blocking);
+  if (!non_blocking)
+    host_wait_stream(dst.device().index(), stream_of(dst.device().index()), HostWait::CopyToDevice,
+                     "a copy to the device (non_blocking=False)");
 }
 
 void device_to_host_copy(const at::Tensor& dst, const at::Tensor& src_in, bool non_blocking) {

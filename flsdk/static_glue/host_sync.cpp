@@ -41,6 +41,7 @@ void before_wait(HostWait why, const char* what) {
 const char* host_wait_name(HostWait why) {
   switch (why) {
     case HostWait::CopyToHost: return "copy_to_host";
+    case HostWait::CopyToDevice: return "copy_to_device";
     case HostWait::Item: return "item";
     case HostWait::Kernel: return "kernel";
     case HostWait::Fallback: return "fallback";

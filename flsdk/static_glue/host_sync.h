@@ -18,6 +18,7 @@ namespace FLSDK_BACKEND_NS {
 // user's own synchronize / event waits.
 enum class HostWait : int {
   CopyToHost,    // a copy into pageable host memory (x.cpu(), print(x), .tolist())
+  CopyToDevice,  // a copy to the device without non_blocking: done when it returns, as CUDA's
   Item,          // _local_scalar_dense: x.item(), float(x), `if x:`
   Kernel,        // a kernel whose output shape depends on data (nonzero, unique)
   Fallback,      // the CPU fallback's copies to the host
