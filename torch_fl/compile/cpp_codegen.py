@@ -22,6 +22,7 @@ kernels: Inductor calls the aten ops, which dispatch to the device.
 
 from __future__ import annotations
 
+import threading
 from textwrap import dedent
 
 
@@ -58,6 +59,9 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
                                          triton=True, **kwargs):
             device = device or V.graph.get_current_device_or_throw()
             if device.type == name and not triton:
+                if discrete:
+                    call_args = _host_values_to_device(kernel_name, call_args,
+                                                       kwargs.get("arg_types"), device)
                 self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                 return
             return super()._generate_kernel_call_helper(
@@ -65,7 +69,9 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
 
         def define_kernel(self, kernel_name, kernel_body, *args, **kwargs):
             stock = "async_compile.cpp_pybinding("
-            if discrete and kernel_body.startswith(stock):
+            # Only kernels of `name`'s scheduling are device work: a graph may also
+            # hold CPU kernels (an optimizer's CPU step counters), called on the host.
+            if discrete and _defining.device == name and kernel_body.startswith(stock):
                 # launched on the stream with the device's view of its pointers
                 kernel_body = "_flsdk_host_kernels.pybinding(async_compile, " + kernel_body[len(stock):]
             return super().define_kernel(kernel_name, kernel_body, *args, **kwargs)
@@ -126,13 +132,59 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
             return super().codegen_node(node)
 
         def define_kernel(self, src_code, nodes, kernel_args=None):
-            kernel_name = super().define_kernel(src_code, nodes, kernel_args)
+            # Inductor shares one definition between kernels of equal source: the
+            # device's kernels say whose they are, so a CPU kernel never shares one.
+            src_code = f"// flsdk: a kernel of device {name}\n" + src_code
+            _defining.device = name
+            try:
+                kernel_name = super().define_kernel(src_code, nodes, kernel_args)
+            finally:
+                _defining.device = None
             graph_api._name_pending_kernels(name, kernel_name)
             return kernel_name
 
     WrapperCodegen.__name__ = WrapperCodegen.__qualname__ = f"{name.capitalize()}PythonWrapperCodegen"
     Scheduling.__name__ = Scheduling.__qualname__ = f"{name.capitalize()}CppScheduling"
     return OpOverrides(), WrapperCodegen, Scheduling
+
+
+class _Defining(threading.local):
+    """The device whose Scheduling is defining a kernel right now (None: another's)."""
+    device = None
+
+
+_defining = _Defining()
+
+
+def _host_values_to_device(kernel_name: str, call_args, arg_types, device):
+    """A device kernel's arguments, with each 0-dim CPU tensor it reads (an
+    optimizer's step count: Inductor hands those to device kernels as they are)
+    replaced by a copy on the device. On a discrete device the kernel runs later,
+    on the stream, where host memory is not its to read; the copy also takes the
+    value as it is now, as the eager op would, not as it is when the kernel runs."""
+    from torch._inductor.virtualized import V
+
+    from . import CompileNotSupportedError
+
+    out = []
+    for position, arg in enumerate(call_args):
+        buf = V.graph.try_get_buffer(arg) if isinstance(arg, str) else None
+        on = buf.get_device() if buf is not None and hasattr(buf, "get_size") else None
+        if on is None or on.type != "cpu":
+            out.append(arg)
+            continue
+        arg_type = arg_types[position] if arg_types and position < len(arg_types) else ""
+        if not str(arg_type).startswith("const "):
+            raise CompileNotSupportedError(
+                f"kernel {kernel_name} on {device} writes the CPU tensor {arg} "
+                f"({arg_type or 'unknown type'}): a kernel of a discrete device cannot write "
+                f"host memory; keep that state on the device")
+        if list(buf.get_size()) != []:
+            raise CompileNotSupportedError(
+                f"kernel {kernel_name} on {device} reads the CPU tensor {arg} of shape "
+                f"{list(buf.get_size())}: only 0-dim CPU tensors can be handed to it")
+        out.append(f"{arg}.to('{device.type}:{device.index or 0}')")
+    return out
 
 
 def _origin_ops(nodes) -> list[str]:

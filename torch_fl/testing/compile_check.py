@@ -162,8 +162,12 @@ _KERNEL_SOURCE = re.compile(
 
 
 def _cpp_kernels(code: str) -> list[str]:
-    """The C++ source of every kernel in Inductor's output code, in order."""
-    return _KERNEL_SOURCE.findall(code)
+    """The C++ source of every kernel in Inductor's output code, in order, without
+    the line naming the device whose kernel it is (torch_fl.compile.cpp_codegen)."""
+    return [_DEVICE_MARK.sub("", k) for k in _KERNEL_SOURCE.findall(code)]
+
+
+_DEVICE_MARK = re.compile(r"^// flsdk: a kernel of device \w+\n", re.M)
 
 
 CASES: dict[str, Callable[[str, str], None]] = {
