@@ -1,36 +1,29 @@
 """acme's compute units (examples/acme_backend/runtime/compute_units.h): build
-and run the standalone C++ test program (every chunk once, exceptions,
-concurrent and nested loops, reconfiguration, options, fork)."""
+and run the standalone C++ test program runtime/tests/test_compute_units.cpp
+(every chunk once, exceptions, concurrent and nested loops, reconfiguration,
+options, fork, loops run from device work). It links the runtime's sources (a
+loop run from device work runs as device work on every unit) and shares its
+harness and build with tests/test_acme_runtime.py."""
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = ROOT / "examples" / "acme_backend" / "runtime"
-CXX = os.environ.get("CXX", "g++")
+from test_acme_runtime import build_program, outcome, passed_tests, run_program
+
 EXPECTED = ["every_chunk_once", "exceptions_propagate", "concurrent_and_nested",
-            "reconfigure_while_running", "options", "fork_child"]
+            "reconfigure_while_running", "options", "fork_child",
+            "device_work_on_every_unit", "host_work_stays_host"]
 
 pytestmark = pytest.mark.build
 
 
-def test_compute_units_program_passes(tmp_path: Path):
-    if shutil.which(CXX) is None:
-        pytest.skip(f"no C++ compiler ({CXX}) on PATH")
-    exe = tmp_path / "test_compute_units"
-    build = [CXX, "-O1", "-std=c++20", "-pthread", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME}",
-             str(RUNTIME / "tests" / "test_compute_units.cpp"), str(RUNTIME / "compute_units.cpp"),
-             "-o", str(exe)]
-    res = subprocess.run(build, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, f"build failed:\n{' '.join(build)}\n{res.stderr}"
-    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert res.returncode == 0, f"compute units tests failed:\n{res.stdout}\n{res.stderr}"
-    passed = set(re.findall(r"^PASS (\w+)", res.stdout, re.M))
-    assert passed == set(EXPECTED), res.stdout
+def test_compute_units_program_passes(tmp_path_factory, tmp_path: Path):
+    exe = build_program("test_compute_units", tmp_path_factory.mktemp("acme_compute_units"))
+    res = run_program(exe, tmp_path, timeout=120)
+    assert res.returncode == 0, f"compute units tests failed: {outcome(res)}"
+    assert passed_tests(res.stdout) == EXPECTED, res.stdout
     assert f"compute units tests: {len(EXPECTED)} passed, 0 failed" in res.stdout
+    assert not re.search(r"^FAIL ", res.stdout, re.M), res.stdout

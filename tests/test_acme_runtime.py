@@ -1,20 +1,26 @@
 """acme's vendor runtime (examples/acme_backend/runtime): build and run its
-standalone C++ test program, and check that runtime.cmake gives a
+standalone C++ test programs, and check that runtime.cmake gives a
 position-independent static library usable from a shared object.
 
-The C++ program holds the real assertions (allocator, copies, protect mode,
-streams/events, sticky errors, fault injection, multi-thread stress); this
-wrapper compiles it, runs it and checks every test reported PASS.
+The C++ programs hold the real assertions. runtime/tests/harness.h is their one
+harness; test_runtime is test_device.cpp (init, options, versions, device
+loss, errors), test_memory.cpp (allocator, copies, device memory the host never
+reads), test_streams.cpp (ordering, the asynchronous default stream, sticky
+errors, fork, slow device, stress) and test_events.cpp; test_compute_units
+(tests/test_acme_compute_units.py runs it) is test_compute_units.cpp. This
+wrapper compiles them with the runtime's sources, runs them and checks that
+every test reported PASS.
 """
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,15 +29,35 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "examples" / "acme_backend" / "runtime"
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-O1", "-std=c++20", "-pthread", "-fPIC", "-Wall", "-Wextra", "-Werror"]
+JOBS = 2  # compile jobs at once (the machine budget)
 
-# Every test the program defines; a missing PASS line means it was skipped or lost.
+# The test programs: their files in runtime/tests (each program also links the
+# runtime's sources).
+PROGRAMS = {
+    "test_runtime": ["test_device.cpp", "test_memory.cpp", "test_streams.cpp",
+                     "test_events.cpp"],
+    "test_compute_units": ["test_compute_units.cpp"],
+}
+
+# Every test test_runtime defines, in run order; a missing PASS line means it
+# was skipped or lost.
 EXPECTED_TESTS = [
-    "init", "alloc_free_basic", "invalid_arguments", "oom",
-    "coalescing_and_holes", "best_fit", "alignment_config", "copies",
-    "protect_mode", "stream_ordering", "events", "stream_wait_event",
-    "sticky_errors", "fork_child_streams", "fault_injection", "options_and_stats",
-    "device_loss_and_versions",
-    "last_error_is_thread_local", "multithread_stress", "benchmarks",
+    # test_device.cpp
+    "init", "invalid_arguments", "last_error_is_thread_local", "options_and_stats",
+    "host_waits_counts_synchronize", "protect_option_gone", "slow_device_option",
+    "fault_injection", "device_loss_and_versions",
+    # test_memory.cpp
+    "alloc_free_basic", "oom", "coalescing_and_holes", "best_fit", "alignment_config",
+    "copies", "copy_checks", "memcpy_sync_waits", "host_dereference_segfaults",
+    "device_view_only_on_device", "memory_benchmarks",
+    # test_streams.cpp
+    "stream_ordering", "default_stream_async", "null_stream_memcpy_ordered",
+    "sticky_errors", "default_stream_errors", "device_synchronize_waits_default",
+    "slow_device_delays_work", "fork_child_streams", "multithread_stress",
+    "stream_benchmarks",
+    # test_events.cpp
+    "events", "events_on_default_stream", "event_elapsed", "stream_wait_event",
+    "wait_event_on_default_stream",
 ]
 
 pytestmark = pytest.mark.build
@@ -44,48 +70,81 @@ def runtime_sources() -> list[str]:
 
 
 def _clean_env() -> dict[str, str]:
-    """The program sets the ACME_* variables it tests; inherited ones would skew it."""
+    """The programs set the ACME_* variables they test; inherited ones would skew them."""
     return {k: v for k, v in os.environ.items() if not k.startswith("ACME_")}
+
+
+# Objects and programs built in this pytest process (test_acme_compute_units.py
+# shares them): each source is compiled once.
+_objects: dict[Path, Path] = {}
+_programs: dict[str, Path] = {}
+
+
+def _compile(src: Path, obj: Path) -> Path:
+    cmd = [CXX, *CXXFLAGS, f"-I{RUNTIME}", "-c", str(src), "-o", str(obj)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"compile failed:\n{' '.join(cmd)}\n{res.stdout}{res.stderr}"
+    return obj
+
+
+def build_program(name: str, work: Path) -> Path:
+    """The test program `name` (a key of PROGRAMS), built in `work` unless this
+    process built it already: compiles the sources not compiled yet, at most
+    JOBS at a time, then links them with the runtime's objects."""
+    if name in _programs:
+        return _programs[name]
+    if shutil.which(CXX) is None:
+        pytest.skip(f"no C++ compiler ({CXX}) on PATH")
+    sources = ([RUNTIME / s for s in runtime_sources()]
+               + [RUNTIME / "tests" / t for t in PROGRAMS[name]])
+    todo = [s for s in sources if s not in _objects]
+    todo.sort(key=lambda s: s.stat().st_size, reverse=True)  # the long ones first
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        objs = list(pool.map(lambda s: _compile(s, work / (s.stem + ".o")), todo))
+    _objects.update(zip(todo, objs))
+    exe = work / name
+    link = [CXX, "-pthread", *(str(_objects[s]) for s in sources), "-o", str(exe)]
+    res = subprocess.run(link, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, f"link failed:\n{' '.join(link)}\n{res.stderr}"
+    _programs[name] = exe
+    return exe
+
+
+def run_program(exe: Path, cwd: Path, *args: str, env: dict[str, str] | None = None,
+                timeout: float = 180) -> subprocess.CompletedProcess:
+    # cwd: the forked children that die of SIGSEGV must not leave anything in
+    # the repository even if core dumps were enabled.
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=_clean_env() if env is None else env)
+
+
+def passed_tests(out: str) -> list[str]:
+    return re.findall(r"^PASS (\w+)", out, re.M)
+
+
+def outcome(res: subprocess.CompletedProcess) -> str:
+    """How a test program ended, for failure messages."""
+    if res.returncode >= 0:
+        return f"exit code {res.returncode}\n{res.stdout}\n{res.stderr}"
+    sig = signal.Signals(-res.returncode).name
+    return (f"killed by {sig}: the test after the last PASS/FAIL line crashed\n"
+            f"{res.stdout}\n{res.stderr}")
 
 
 @pytest.fixture(scope="module")
 def runtime_test_binary(tmp_path_factory) -> Path:
-    if shutil.which(CXX) is None:
-        pytest.skip(f"no C++ compiler ({CXX}) on PATH")
-    work = tmp_path_factory.mktemp("acme_runtime")
-    # Two compile jobs at once (the machine budget): the test program alone,
-    # and the runtime sources one after the other; then link.
-    groups = [["tests/test_runtime.cpp", "options.cpp"],
-              [s for s in runtime_sources() if s != "options.cpp"]]
-    jobs = []
-    for group in groups:
-        cmds = [[CXX, *CXXFLAGS, f"-I{RUNTIME}", "-c", str(RUNTIME / src),
-                 "-o", str(work / (Path(src).stem + ".o"))] for src in group]
-        script = " && ".join(" ".join(map(shlex.quote, c)) for c in cmds)
-        jobs.append((script, subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True)))
-    for script, proc in jobs:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"compile failed:\n{script}\n{out}"
-    exe = work / "test_runtime"
-    link = [CXX, "-pthread", *(str(work / (Path(s).stem + ".o")) for g in groups for s in g),
-            "-o", str(exe)]
-    res = subprocess.run(link, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, f"link failed:\n{' '.join(link)}\n{res.stderr}"
-    return exe
+    return build_program("test_runtime", tmp_path_factory.mktemp("acme_runtime"))
 
 
 def test_runtime_program_passes(runtime_test_binary: Path, tmp_path: Path):
-    # cwd = tmp_path: the forked children that die of SIGSEGV must not leave
-    # anything in the repository even if core dumps were enabled.
-    res = subprocess.run([str(runtime_test_binary)], capture_output=True, text=True,
-                         timeout=180, cwd=tmp_path, env=_clean_env())
+    res = run_program(runtime_test_binary, tmp_path)
     out = res.stdout
     print(out)  # benchmark lines, visible with -s
-    assert res.returncode == 0, f"runtime tests failed:\n{out}\n{res.stderr}"
-    passed = set(re.findall(r"^PASS (\w+)", out, re.M))
-    missing = [t for t in EXPECTED_TESTS if t not in passed]
-    assert not missing, f"tests without a PASS line: {missing}\n{out}"
+    assert res.returncode == 0, f"runtime tests failed: {outcome(res)}"
+    passed = passed_tests(out)
+    assert passed == EXPECTED_TESTS, (
+        f"PASS lines differ from EXPECTED_TESTS: missing {sorted(set(EXPECTED_TESTS) - set(passed))}, "
+        f"unexpected {sorted(set(passed) - set(EXPECTED_TESTS))}\n{out}")
     assert f"acme runtime tests: {len(EXPECTED_TESTS)} passed, 0 failed" in out, out
     assert re.search(r"bench: memcpy 64 MiB: H2D [\d.]+ GB/s", out), out
 
@@ -94,12 +153,21 @@ def test_runtime_program_reports_failures(runtime_test_binary: Path, tmp_path: P
     """The harness must be able to fail: with ACME_FAULT_MALLOC=1 (read at init)
     every malloc fails, so alloc_free_basic reports FAIL and the exit is 1."""
     env = _clean_env() | {"ACME_FAULT_MALLOC": "1"}
-    res = subprocess.run([str(runtime_test_binary), "alloc_free_basic"], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path, env=env)
+    res = run_program(runtime_test_binary, tmp_path, "alloc_free_basic", env=env, timeout=60)
     assert res.returncode == 1, res.stdout
     assert "FAIL alloc_free_basic" in res.stdout
     assert "injected malloc fault" in res.stdout
     assert re.search(r"acme runtime tests: \d+ passed, [1-9]\d* failed", res.stdout)
+    # the filter ran only "init" (always first) and the test asked for
+    assert re.findall(r"^(?:PASS|FAIL) (\w+)", res.stdout, re.M) == ["init", "alloc_free_basic"]
+
+
+def test_every_test_source_is_built():
+    """Each runtime/tests/test_*.cpp belongs to a program (a new file must be
+    added to PROGRAMS, or its tests would silently never run)."""
+    on_disk = {p.name for p in (RUNTIME / "tests").glob("test_*.cpp")}
+    assert on_disk == {f for files in PROGRAMS.values() for f in files}
+    assert (RUNTIME / "tests" / "harness.h").is_file()
 
 
 def test_runtime_sources_are_torch_free():
@@ -133,10 +201,15 @@ def test_runtime_cmake_fragment_builds_pic_library(tmp_path: Path):
           void* p = nullptr;
           if (r::malloc(1, 1000, &p) != r::Status::Ok) return 2;
           int v = 42, w = 0;
-          if (r::memcpy(p, &v, sizeof v, r::CopyKind::HostToDevice, 1, nullptr) != r::Status::Ok) return 3;
+          if (r::memcpy(p, &v, sizeof v, r::CopyKind::HostToDevice, 1, nullptr) != r::Status::Ok ||
+              r::stream_synchronize(1, nullptr) != r::Status::Ok) return 3;
           r::Stream s = nullptr;
           if (r::stream_create(1, &s) != r::Status::Ok) return 4;
-          if (r::launch(1, s, [p] { *static_cast<int*>(p) += 1; }) != r::Status::Ok) return 5;
+          // Device memory is reached only by device work, through its view.
+          auto inc = [p] {
+            if (int* q = static_cast<int*>(r::device_view(p))) *q += 1;
+          };
+          if (r::launch(1, s, inc) != r::Status::Ok) return 5;
           if (r::memcpy(&w, p, sizeof w, r::CopyKind::DeviceToHost, 1, s) != r::Status::Ok) return 6;
           if (r::stream_synchronize(1, s) != r::Status::Ok || w != 43) return 7;
           if (r::stream_destroy(1, s) != r::Status::Ok) return 8;

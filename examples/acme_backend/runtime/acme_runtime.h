@@ -7,20 +7,22 @@
 //
 // The model being simulated:
 // * N devices, each with its own memory of fixed capacity behind an address
-//   space four times larger (one mmap'd reservation, pages cost nothing until
+//   space four times larger (mmap'd reservations, pages cost nothing until
 //   touched). Allocation is a real best-fit allocator with coalescing over the
 //   addresses, so out-of-memory is real, but, as behind a GPU's MMU, free
 //   memory in holes between live blocks still serves a larger block at fresh
-//   addresses. Device memory is not host memory: data moves only through
-//   acmeMemcpy* calls.
-// * Protect mode (env ACME_PROTECT=1 or option "protect"): the arenas are
-//   PROT_NONE except while a kernel or a runtime copy runs anywhere in the
-//   process, so host code touching device memory outside kernels crashes
-//   with SIGSEGV instead of silently working.
-// * Streams: the null stream runs work inline in the calling thread. A
-//   created stream has a worker thread draining a FIFO queue. Exceptions
-//   thrown by queued work are captured and reported (once) by the next
-//   stream/device synchronize on that stream ("sticky" until reported).
+//   addresses.
+// * Device memory is not host memory: device addresses are never readable or
+//   writable by host code, from any thread at any time (a dereference dies
+//   with SIGSEGV). Bytes move only through acmeMemcpy* calls and work running
+//   on the device, which reaches them through acmeDeviceView.
+// * Work is asynchronous: every stream, the default one (null) included, has a
+//   worker thread draining a FIFO queue; kernels (acmeLaunch), copies and
+//   event markers are queued and the call returns at once. Exceptions thrown by
+//   queued work are captured and reported (once) by the next stream/device
+//   synchronize on that stream ("sticky" until reported). The slow-device
+//   option (ACME_SLOW_DEVICE / "slow_device", microseconds) delays every piece
+//   of queued work, so a missing synchronization becomes a wrong answer.
 // * Events stamp a steady_clock time when the stream reaches them.
 // * Failure injection for malloc/memcpy, deterministic per seed.
 //
@@ -63,13 +65,13 @@ typedef enum acmeMemcpyKind {
   acmeMemcpyDeviceToDevice = 3,
 } acmeMemcpyKind;
 
-typedef struct acmeStream_st* acmeStream_t;  // nullptr = default (inline) stream
+typedef struct acmeStream_st* acmeStream_t;  // nullptr = the device's default stream
 typedef struct acmeEvent_st* acmeEvent_t;
 
 // ---- setup -----------------------------------------------------------------
 // (Re)initialize with `device_count` devices of `capacity` bytes each;
 // `alignment` (a power of two) applies to every allocation's address and
-// size. Also reads ACME_PROTECT, ACME_FAULT_MALLOC, ACME_FAULT_MEMCPY and
+// size. Also reads ACME_SLOW_DEVICE, ACME_FAULT_MALLOC, ACME_FAULT_MEMCPY and
 // ACME_FAULT_SEED, ACME_DRIVER_VERSION (simulated installed driver; default
 // ACME_DRIVER_VERSION) and ACME_SIMULATE_INIT_FAILURE (version_mismatch |
 // library_path | device_busy: init fails with that cause, message starting
@@ -89,13 +91,13 @@ acmeError_t acmeMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
 // `device` owns the device-side pointer (the destination for DeviceToDevice;
 // the source of DeviceToDevice may live on any device). Device ranges must
 // lie inside one live allocation; host pointers must not be device memory.
-// Synchronous (runs in the caller).
+// Synchronous: queued on the default stream, which is then synchronized.
 acmeError_t acmeMemcpy(void* dst, const void* src, size_t bytes,
                        acmeMemcpyKind kind, int device);
-// Same checks, done at call time; on a created stream the copy itself is
-// queued after earlier work, so host buffers must stay alive (and device
-// blocks allocated) until the stream is synchronized. A null stream copies
-// synchronously.
+// Same checks, done at call time; the copy itself is queued after earlier work
+// on `stream` (null: the default stream), so host buffers must stay alive (and
+// device blocks allocated) until the stream reaches it. A HostToHost copy on
+// the null stream runs now.
 acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes,
                             acmeMemcpyKind kind, int device, acmeStream_t stream);
 // Synchronous device-to-device copy between two (possibly equal) devices.
@@ -109,22 +111,22 @@ acmeError_t acmeStreamCreate(int device, acmeStream_t* stream);
 // Drains the queue, then destroys. An error still pending on the stream is
 // moved to the device and reported by the next acmeDeviceSynchronize.
 acmeError_t acmeStreamDestroy(int device, acmeStream_t stream);
-// Waits for all work queued before the call; returns (and clears) the first
-// error raised by queued work since the last synchronize.
+// Waits for all work queued before the call (null: the default stream);
+// returns (and clears) the first error raised by queued work since the last
+// synchronize.
 acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream);
 // *idle = 1 when all queued work has run. Does not report errors.
 acmeError_t acmeStreamQuery(int device, acmeStream_t stream, int* idle);
 // Later work on `stream` waits until `event` (as last recorded at the time of
-// this call) is reached. Null stream: the caller blocks. Never-recorded
-// event: no-op.
+// this call) is reached; the caller does not block. Never-recorded event: no-op.
 acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t event);
 
 // ---- events ----------------------------------------------------------------
 acmeError_t acmeEventCreate(int device, acmeEvent_t* event);
 acmeError_t acmeEventDestroy(int device, acmeEvent_t event);
 // Queues a marker; when the stream reaches it, the event completes and
-// stamps steady_clock::now(). On the null stream it completes immediately.
-// Re-recording replaces the previous record (the latest one counts).
+// stamps steady_clock::now(). Re-recording replaces the previous record (the
+// latest one counts).
 acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream);
 acmeError_t acmeEventSynchronize(int device, acmeEvent_t event);
 // *done = 1 when the last record was reached (or the event never recorded).
@@ -132,24 +134,31 @@ acmeError_t acmeEventQuery(int device, acmeEvent_t event, int* done);
 // Both events recorded and completed, else acmeErrorRuntime.
 acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end);
 
-// Synchronizes every created stream of the device; returns the first error
-// found (from any stream, or one left by a destroyed stream) and clears it.
+// Synchronizes every stream of the device, the default one included; returns
+// the first error found (from any stream, or one left by a destroyed stream)
+// and clears it.
 acmeError_t acmeDeviceSynchronize(int device);
 
 // ---- kernels ---------------------------------------------------------------
-// Bracket host code that touches device memory (a kernel). Nested and
-// multi-threaded use is fine: a process-wide depth counter; in protect mode
-// the arenas open on 0->1 and close on 1->0. acmeKernelEnd without a
-// matching begin is ignored (and sets the last error).
-void acmeKernelBegin(void);
-void acmeKernelEnd(void);
-// Runs fn(arg) on `stream` inside acmeKernelBegin/End (null stream: inline,
-// now). See acmeLaunch for error handling.
+// Queues fn(arg) on `stream` as device work. See acmeLaunch.
 acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream,
                                void (*fn)(void*), void* arg);
+// Inside work running on the device (a stream's worker, and the compute units
+// helping it): the address at which it reaches the bytes at device address
+// `ptr` (of any device). Null, with the last error set, when `ptr` is not
+// device memory or the caller is host code: the host never reaches them.
+void* acmeDeviceView(const void* ptr);
+// As acmeDeviceView for device memory, but a pointer that is not device
+// memory (a kernel's host scratch) comes back as it is, and nothing sets the
+// last error (device parts call it per loop): null only for device memory
+// asked for by host code.
+void* acmeDeviceOrHostView(const void* ptr);
+// 1 inside work running on the device, else 0.
+int acmeOnDevice(void);
 
 // ---- options ---------------------------------------------------------------
-// keys: "protect" ("0"/"1"), "fault_malloc", "fault_memcpy" (rate in [0,1];
+// keys: "slow_device" (microseconds every piece of queued work waits before it
+// runs), "fault_malloc", "fault_memcpy" (rate in [0,1];
 // setting it restarts that fault sequence), "fault_seed" (unsigned; restarts
 // both sequences), "stats" (set "reset" to zero the counters), "device_lost"
 // (a device index: from then on malloc, copies, launches and synchronizes on
@@ -169,21 +178,23 @@ const char* acmeGetErrorName(acmeError_t error);
 
 }  // extern "C"
 
-// Runs `fn` on `stream` of `device`, inside acmeKernelBegin/End.
-// * Null stream: runs now in the caller. An exception from fn is caught and
-//   returned as acmeErrorRuntime with its what() as the last error.
-// * Created stream: queued (capture by value: it runs later, on the stream's
-//   worker thread). An exception is captured and reported by the next
-//   acmeStreamSynchronize / acmeDeviceSynchronize. Returns success once queued.
+// Queues `fn` on `stream` of `device` (null: the default stream) as device
+// work, and returns once it is queued: capture by value, it runs later on the
+// stream's worker thread, where acmeDeviceView answers. An exception is
+// captured and reported by the next acmeStreamSynchronize /
+// acmeDeviceSynchronize of that stream.
 acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn);
 
 #include "../generated/runtime_adapter.h"
 
 namespace acme::runtime {
-// For acme kernel authors: run a kernel body on a stream, the way a real chip
-// launches on a queue. Same semantics as acmeLaunch (kernel_begin/end are
-// taken around fn on whichever thread runs it, so protect mode works for
-// queued kernels too). Returns Status::Ok, InvalidDevice, InvalidValue (bad
-// stream) or Error (null stream: fn threw; last_error() has the message).
+// For acme kernel authors: queue a kernel's device part on a stream, the way a
+// real chip launches on a queue (acmeLaunch). Returns Status::Ok,
+// InvalidDevice, InvalidValue (bad stream) or Error (device lost).
 Status launch(int device, Stream stream, std::function<void()> fn);
+// For kernels' device parts, which mix device memory with host scratch memory:
+// the device's view of `p` when it is device memory and the caller is device
+// work; `p` itself when it is not device memory; null when host code asks for
+// device memory (the host never reaches it). No error message is formatted.
+void* device_or_host_view(const void* p);
 }  // namespace acme::runtime

@@ -130,8 +130,10 @@ Status event_elapsed_ms(Event start, Event end, float* ms) {
 
 Status device_synchronize(int device) { return st(acmeDeviceSynchronize(device)); }
 
-void kernel_begin() { acmeKernelBegin(); }
-void kernel_end() { acmeKernelEnd(); }
+// Not called: acme's kernels queue their device work themselves
+// (device.yaml kernel_launch: stream).
+void kernel_begin() {}
+void kernel_end() {}
 
 Status set_option(const char* key, const char* value) {
   if (key && std::string(key) == "compute_units")
@@ -170,5 +172,14 @@ const char* last_error() {
 Status launch(int device, Stream stream, std::function<void()> fn) {
   return st(acmeLaunch(device, as_stream(stream), std::move(fn)));
 }
+
+// runtime_primitives: host_kernels (Inductor's C++ kernels run as device work).
+Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg) {
+  return st(acmeLaunchHostFunc(device, as_stream(stream), fn, arg));
+}
+
+void* device_view(const void* device_ptr) { return acmeDeviceView(device_ptr); }
+
+void* device_or_host_view(const void* p) { return acmeDeviceOrHostView(p); }
 
 }  // namespace acme::runtime

@@ -26,12 +26,18 @@ namespace acme_internal {
 // whose memory is free only in holes between live tensors still serves a
 // large tensor at fresh addresses. (With addresses equal to capacity, one
 // model's leftovers in the caching allocator could strand the next model's
-// 400 MB weight while half the device was free.) Pages are committed only when
-// touched and given back on free, so the spare addresses cost no host memory.
-// Where the process's address space is limited (ulimit -v) and the larger
-// reservation fails, the arena falls back to addresses equal to its capacity.
-// Allocator metadata lives outside the arena, so protect mode never has to
-// open the arena for malloc/free.
+// 400 MB weight while half the device was free.)
+//
+// Device memory is not host memory. The addresses handed out (malloc) lie in
+// a reservation that is never readable or writable (PROT_NONE): host code that
+// dereferences a device pointer, on any thread at any time, dies with SIGSEGV.
+// The bytes live in a second mapping, the device's view, at the same offsets;
+// only the runtime's copies and work running on the device (streams' workers,
+// acmeDeviceView) reach them. Pages of the view are committed when touched and
+// given back on free, so the spare addresses cost no host memory. Where the
+// process's address space is limited (ulimit -v) and the larger reservations
+// fail, the arena falls back to addresses equal to its capacity. Allocator
+// metadata lives outside both mappings.
 class Arena {
  public:
   static constexpr size_t kAddressSpaceFactor = 4;
@@ -42,43 +48,33 @@ class Arena {
     cap_ = capacity / alignment * alignment;  // usable bytes
     for (size_t factor : {kAddressSpaceFactor, size_t{1}}) {
       span_ = cap_ * factor;
-      // Over-reserve when alignment exceeds a page so the base can be aligned.
+      // Over-reserve when alignment exceeds a page so the bases can be aligned.
       map_len_ = round_up(span_ + (alignment > page ? alignment : 0), page);
-      void* m = mmap(nullptr, map_len_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-      if (m != MAP_FAILED) {
-        map_ = static_cast<char*>(m);
-        break;
-      }
+      device_map_ = reserve(PROT_NONE);
+      view_map_ = reserve(PROT_READ | PROT_WRITE);
+      if (device_map_ && view_map_) break;
+      unmap();
     }
-    if (!map_) return;
-    base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(map_), alignment));
+    if (!ok()) return;
+    base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(device_map_), alignment));
+    view_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(view_map_), alignment));
     free_by_off_.emplace(0, span_);
     free_by_size_.emplace(span_, 0);
     free_bytes_ = cap_;
   }
-  ~Arena() {
-    if (map_) munmap(map_, map_len_);
-  }
+  ~Arena() { unmap(); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  bool ok() const { return map_ != nullptr; }
+  bool ok() const { return device_map_ != nullptr && view_map_ != nullptr; }
   size_t capacity() const { return cap_; }
   bool contains(const void* p) const {
     auto c = static_cast<const char*>(p);
     return c >= base_ && c < base_ + span_;
   }
-
-  // Opens (read/write) or closes (no access) the whole arena.
-  void set_access(bool open) {
-    if (mprotect(map_, map_len_, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
-      // Only fails on kernel resource exhaustion; carrying on would make
-      // protect mode lie, so stop loudly.
-      std::fprintf(stderr, "acme: mprotect of device %d arena failed: %s\n", index_,
-                   std::strerror(errno));
-      std::abort();
-    }
+  // The device's view of device address p (which contains(p)).
+  char* view(const void* p) const {
+    return view_ + (static_cast<const char*>(p) - base_);
   }
 
   acmeError_t allocate(size_t bytes, void** out) {
@@ -200,6 +196,17 @@ class Arena {
 
   static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+  char* reserve(int protection) const {
+    void* m = mmap(nullptr, map_len_, protection, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+  }
+  void unmap() {
+    if (device_map_) munmap(device_map_, map_len_);
+    if (view_map_) munmap(view_map_, map_len_);
+    device_map_ = view_map_ = nullptr;
+  }
+
   // The largest allocation that would succeed now: bounded by the free memory
   // and by the largest free address range (only the first matters in practice).
   size_t largest_allocation_locked() const {
@@ -231,8 +238,8 @@ class Arena {
     constexpr size_t kMin = 1 << 20;
     if (size < kMin) return;
     const uintptr_t page = 4096;
-    uintptr_t b = round_up(reinterpret_cast<uintptr_t>(base_ + off), page);
-    uintptr_t e = (reinterpret_cast<uintptr_t>(base_ + off + size)) / page * page;
+    uintptr_t b = round_up(reinterpret_cast<uintptr_t>(view_ + off), page);
+    uintptr_t e = (reinterpret_cast<uintptr_t>(view_ + off + size)) / page * page;
     if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
   }
 
@@ -240,9 +247,11 @@ class Arena {
   size_t align_;
   size_t cap_ = 0;   // memory: what allocations may use in total
   size_t span_ = 0;  // addresses: kAddressSpaceFactor * cap_
-  char* map_ = nullptr;
   size_t map_len_ = 0;
-  char* base_ = nullptr;
+  char* device_map_ = nullptr;  // the reservation device addresses come from (PROT_NONE)
+  char* view_map_ = nullptr;    // the device's view of the same bytes
+  char* base_ = nullptr;        // first device address (aligned)
+  char* view_ = nullptr;        // its view
   mutable std::mutex mu_;
   std::map<size_t, size_t> free_by_off_;             // offset -> size
   std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset)

@@ -2,6 +2,8 @@
 // chunks with the calling thread. See compute_units.h for the contract.
 #include "compute_units.h"
 
+#include "internal.h"  // DeviceWork: units helping device work run as device work
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@ int hardware_units() {
 // One parallel loop: chunks are claimed with an atomic counter, so each runs
 // exactly once, on whichever unit gets to it first.
 struct Job {
+  bool device_work = false;  // submitted by work running on the device
   int64_t n = 0;
   void (*body)(void*, int64_t) = nullptr;
   void* ctx = nullptr;
@@ -121,7 +124,12 @@ class Pool {
         running_.fetch_add(1, std::memory_order_relaxed);
         job = job_;
       }
-      job->work();
+      if (job->device_work) {
+        acme_internal::DeviceWork on_device;  // reaches device memory as the submitter does
+        job->work();
+      } else {
+        job->work();
+      }
       if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to sleep
         done_.notify_all();
@@ -207,6 +215,7 @@ void run(int64_t n, int max_units, void (*body)(void*, int64_t), void* ctx) {
   if (n <= 0) return;
   const int units = std::min(max_units, configured());
   Job job;
+  job.device_work = acme_internal::on_device();
   job.n = n;
   job.body = body;
   job.ctx = ctx;

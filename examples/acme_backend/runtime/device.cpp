@@ -1,6 +1,6 @@
 // acme vendor runtime: devices. Init (with the start-up checks a real driver
-// stack can fail), device count, device synchronize, the kernel brackets that
-// open device memory in protect mode, and the error API.
+// stack can fail), device count, device synchronize, the device's view of its
+// memory (only for work running on the device), and the error API.
 #include "internal.h"
 
 #include <pthread.h>
@@ -60,20 +60,21 @@ Runtime& rt() {
   return *r;
 }
 
-// Open/close of device memory around kernels and copies.
-void enter_device() {
+// Depth of device work on this thread: a stream's worker running queued work,
+// and a compute unit running a chunk of it.
+thread_local int t_device_work = 0;
+
+DeviceWork::DeviceWork() { ++t_device_work; }
+DeviceWork::~DeviceWork() { --t_device_work; }
+bool on_device() { return t_device_work > 0; }
+
+char* view_of(const void* p) {
   Runtime& r = rt();
-  std::lock_guard<std::mutex> lk(r.guard_mu);
-  if (r.depth++ == 0 && r.protect && !r.open) r.set_all_access(true);
+  for (auto& a : r.arenas)
+    if (a->contains(p)) return a->view(p);
+  return nullptr;
 }
 
-bool leave_device() {
-  Runtime& r = rt();
-  std::lock_guard<std::mutex> lk(r.guard_mu);
-  if (r.depth == 0) return false;
-  if (--r.depth == 0 && r.protect && r.open) r.set_all_access(false);
-  return true;
-}
 
 
 acmeError_t check_device(int d) {
@@ -189,9 +190,8 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
       return fail(acmeErrorRuntime,
                   "acme: init: cannot re-initialize while device memory is allocated");
 
-  // Environment options first: a bad value fails init before anything changes
-  // device-wise (the arenas are set to the resulting protect state below).
-  for (auto [env, key] : {std::pair{"ACME_PROTECT", "protect"},
+  // Environment options first: a bad value fails init before anything changes.
+  for (auto [env, key] : {std::pair{"ACME_SLOW_DEVICE", "slow_device"},
                           std::pair{"ACME_FAULT_SEED", "fault_seed"},
                           std::pair{"ACME_FAULT_MALLOC", "fault_malloc"},
                           std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"}})
@@ -206,14 +206,16 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
                   human_bytes(capacity).c_str(), i, std::strerror(errno));
   }
   {
-    std::lock_guard<std::mutex> lk(r.guard_mu);
+    std::lock_guard<std::mutex> lk(r.reg_mu);
+    // Default streams of the previous devices: idle (nothing is allocated, so
+    // nothing queued can still use memory); their workers stop here.
+    for (auto& s : r.default_streams)
+      if (s) s->shutdown();
+    r.default_streams.assign(device_count, nullptr);
     r.arenas.swap(arenas);
     r.count = device_count;
     r.capacity = capacity;
     r.alignment = alignment;
-    // New arenas are PROT_NONE; match the current protect state.
-    r.set_all_access(!r.protect || r.depth > 0);
-    std::lock_guard<std::mutex> lk2(r.reg_mu);
     r.orphan_errors.assign(device_count, std::string());
   }
   r.lost = 0;  // a fresh start has every device back
@@ -233,6 +235,9 @@ acmeError_t acmeDeviceSynchronize(int device) {
   std::vector<std::shared_ptr<acmeStream_st>> mine;
   std::string err;
   {
+    std::shared_ptr<acmeStream_st> dflt;
+    if (auto e = find_stream(device, nullptr, &dflt)) return e;
+    mine.push_back(dflt);
     std::lock_guard<std::mutex> lk(r.reg_mu);
     // Streams inherited through fork() have no worker here: skip them.
     for (auto& [h, s] : r.streams)
@@ -247,6 +252,7 @@ acmeError_t acmeDeviceSynchronize(int device) {
                   "device (would deadlock)",
                   static_cast<unsigned long long>(s->id));
   }
+  r.stats.host_waits++;  // counted only once the wait really happens
   for (auto& s : mine) {
     std::string e = s->drain();
     if (err.empty()) err = std::move(e);
@@ -255,17 +261,28 @@ acmeError_t acmeDeviceSynchronize(int device) {
   return acmeSuccess;
 }
 
-// ---- kernels ------------------------------------------------------------------
+// ---- the device's view ------------------------------------------------------------
 
-void acmeKernelBegin(void) {
-  rt().stats.kernel_begins++;
-  enter_device();
+void* acmeDeviceView(const void* ptr) {
+  if (!on_device()) {
+    fail(acmeErrorInvalidValue,
+         "acme: device_view(%p) from the host: device memory is reachable only from work "
+         "running on the device (queue it with acmeLaunch)",
+         ptr);
+    return nullptr;
+  }
+  char* v = view_of(ptr);
+  if (!v) fail(acmeErrorInvalidValue, "acme: device_view(%p): not device memory", ptr);
+  return v;
 }
 
-void acmeKernelEnd(void) {
-  if (!leave_device())
-    fail(acmeErrorInvalidValue, "acme: kernel_end without a matching kernel_begin (ignored)");
+void* acmeDeviceOrHostView(const void* ptr) {
+  char* v = view_of(ptr);
+  if (!v) return const_cast<void*>(ptr);
+  return on_device() ? v : nullptr;
 }
+
+int acmeOnDevice(void) { return on_device() ? 1 : 0; }
 
 // ---- errors -------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 //   device.cpp   init, device count, synchronize, kernel brackets, errors, start-up checks
 //   memory.cpp   malloc/free/memory info and every copy (the arenas are in arena.h)
 //   stream.cpp   streams, events and launch (the queue types are in stream.h)
-//   options.cpp  set_option/get_option: protect mode, fault injection, stats
+//   options.cpp  set_option/get_option: slow device, fault injection, stats
 #pragma once
 
 #include "acme_runtime.h"
@@ -30,13 +30,15 @@ using Clock = std::chrono::steady_clock;
 struct Stats {
   std::atomic<uint64_t> mallocs{0}, frees{0}, malloc_bytes{0}, malloc_failures{0};
   std::atomic<uint64_t> copies{0}, copy_bytes{0}, h2h{0}, h2d{0}, d2h{0}, d2d{0}, peer{0};
-  std::atomic<uint64_t> launches{0}, kernel_begins{0};
+  std::atomic<uint64_t> launches{0};
   std::atomic<uint64_t> injected_malloc{0}, injected_memcpy{0};
+  // Calls in which the host waited for a stream, an event or a device.
+  std::atomic<uint64_t> host_waits{0};
 
   void reset() {
     for (auto* c : {&mallocs, &frees, &malloc_bytes, &malloc_failures, &copies, &copy_bytes,
-                    &h2h, &h2d, &d2h, &d2d, &peer, &launches, &kernel_begins,
-                    &injected_malloc, &injected_memcpy})
+                    &h2h, &h2d, &d2h, &d2d, &peer, &launches, &injected_malloc,
+                    &injected_memcpy, &host_waits})
       c->store(0);
   }
 };
@@ -80,45 +82,43 @@ struct Runtime {
   size_t capacity = 0, alignment = 0;
   std::vector<std::unique_ptr<Arena>> arenas;
 
-  // Kernel/copy depth and protect mode.
-  std::mutex guard_mu;
-  int depth = 0;
-  bool protect = false;
-  bool open = true;
-
   // Handle registries (validation of opaque handles), per-device errors left
-  // by destroyed streams.
+  // by destroyed streams, and each device's default stream (created on first
+  // use; a null acmeStream_t names it).
   std::mutex reg_mu;
   std::unordered_map<acmeStream_st*, std::shared_ptr<acmeStream_st>> streams;
   std::unordered_map<acmeEvent_st*, std::shared_ptr<acmeEvent_st>> events;
   std::vector<std::string> orphan_errors;
+  std::vector<std::shared_ptr<acmeStream_st>> default_streams;
   uint64_t next_id = 1;
+
+  // Slow-device option: every piece of queued work waits this long before it
+  // runs, so a missing synchronization shows as a wrong answer.
+  std::atomic<uint64_t> slow_device_us{0};
 
   std::mutex init_mu;
   Faults faults;
   Stats stats;
   // Injected device loss (option "device_lost"): bit i set = device i is gone.
   std::atomic<uint64_t> lost{0};
-
-  void set_all_access(bool o) {
-    for (auto& a : arenas) a->set_access(o);
-    open = o;
-  }
 };
 
 
 Runtime& rt();
 
-// Open/close of device memory around kernels and copies (device.cpp).
-void enter_device();
-bool leave_device();  // false without a matching enter_device
-
-struct DeviceScope {
-  DeviceScope() { enter_device(); }
-  ~DeviceScope() { leave_device(); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
+// Work running on the device (a stream's worker running queued work, and the
+// compute units helping it): only there does acmeDeviceView answer (device.cpp).
+struct DeviceWork {
+  DeviceWork();
+  ~DeviceWork();
+  DeviceWork(const DeviceWork&) = delete;
+  DeviceWork& operator=(const DeviceWork&) = delete;
 };
+bool on_device();
+
+// Where the runtime reads and writes the bytes at device address p (any
+// device), or nullptr when p is not device memory.
+char* view_of(const void* p);
 
 // The device index is valid (the runtime is initialized).
 acmeError_t check_device(int d);
@@ -127,7 +127,8 @@ acmeError_t check_device(int d);
 // queries keep working so a program can clean up after losing a device.
 acmeError_t check_alive(int d);
 
-// Handle lookups (stream.cpp): a live stream of `device`, a live event.
+// Handle lookups (stream.cpp): a live stream of `device` (null: its default
+// stream), a live event.
 acmeError_t find_stream(int device, acmeStream_t s, std::shared_ptr<acmeStream_st>* out);
 acmeError_t find_event(acmeEvent_t e, std::shared_ptr<acmeEvent_st>* out);
 // The error of a push onto a stream that is being destroyed.

@@ -85,13 +85,12 @@ void count_copy(acmeMemcpyKind kind, size_t bytes) {
   }
 }
 
-void raw_copy(void* dst, const void* src, size_t bytes, bool touches_device) {
-  if (touches_device) {
-    DeviceScope scope;
-    std::memmove(dst, src, bytes);
-  } else {
-    std::memmove(dst, src, bytes);
-  }
+// The bytes themselves, as the copy engine moves them: device addresses through
+// the device's view, host pointers as they are.
+void raw_copy(void* dst, const void* src, size_t bytes) {
+  char* d = view_of(dst);
+  const char* s = view_of(src);
+  std::memmove(d ? d : dst, s ? s : src, bytes);
 }
 
 acmeError_t injected_copy_fault() {
@@ -168,25 +167,28 @@ acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpy
   } else if (rt().count.load() == 0) {
     return check_device(device);
   }
-  std::shared_ptr<acmeStream_st> s;
-  if (stream)
-    if (auto e = find_stream(device, stream, &s)) return e;
   if (bytes == 0) return acmeSuccess;
+  if (kind == acmeMemcpyHostToHost && !stream) {
+    if (auto e = validate_copy(dst, src, bytes, kind, device)) return e;
+    count_copy(kind, bytes);
+    std::memmove(dst, src, bytes);  // no device involved: now
+    return acmeSuccess;
+  }
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = find_stream(device, stream, &s)) return e;
   if (auto e = validate_copy(dst, src, bytes, kind, device)) return e;
   if (auto e = injected_copy_fault()) return e;
   count_copy(kind, bytes);
-  const bool dev = kind != acmeMemcpyHostToHost;
-  if (!s) {
-    raw_copy(dst, src, bytes, dev);
-    return acmeSuccess;
-  }
-  if (!s->push([=] { raw_copy(dst, src, bytes, dev); }, "memcpy")) return destroyed(s);
+  // Queued after the stream's earlier work; the host returns at once.
+  if (!s->push([=] { raw_copy(dst, src, bytes); }, "memcpy")) return destroyed(s);
   return acmeSuccess;
 }
 
 acmeError_t acmeMemcpy(void* dst, const void* src, size_t bytes, acmeMemcpyKind kind,
                        int device) {
-  return acmeMemcpyAsync(dst, src, bytes, kind, device, nullptr);
+  if (auto e = acmeMemcpyAsync(dst, src, bytes, kind, device, nullptr)) return e;
+  if (kind == acmeMemcpyHostToHost) return acmeSuccess;
+  return acmeStreamSynchronize(device, nullptr);
 }
 
 acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
@@ -200,7 +202,7 @@ acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
   if (auto e = injected_copy_fault()) return e;
   count_copy(acmeMemcpyDeviceToDevice, bytes);
   rt().stats.peer++;
-  raw_copy(dst, src, bytes, true);
+  raw_copy(dst, src, bytes);  // synchronous: the caller waited for both devices' work
   return acmeSuccess;
 }
 

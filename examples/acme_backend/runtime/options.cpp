@@ -1,5 +1,5 @@
 // acme vendor runtime: options (set_option / get_option and the ACME_* env
-// variables init reads): protect mode, fault injection, device loss, stats.
+// variables init reads): the slow device, fault injection, device loss, stats.
 #include "internal.h"
 
 #include <algorithm>
@@ -33,25 +33,6 @@ bool parse_u64(const char* s, uint64_t* out) {
   *out = v;
   return true;
 }
-bool parse_bool(const char* s, bool* out) {
-  if (!s) return false;
-  std::string v(s);
-  if (v == "1" || v == "true" || v == "on") return *out = true, true;
-  if (v == "0" || v == "false" || v == "off" || v.empty()) return *out = false, true;
-  return false;
-}
-
-acmeError_t set_protect(bool on) {
-  Runtime& r = rt();
-  std::lock_guard<std::mutex> lk(r.guard_mu);
-  r.protect = on;
-  // Close now only if nothing runs on the device; otherwise the last
-  // leave_device closes.
-  if (on && r.depth == 0 && r.open) r.set_all_access(false);
-  if (!on && !r.open) r.set_all_access(true);
-  return acmeSuccess;
-}
-
 
 }  // namespace
 
@@ -60,13 +41,20 @@ namespace acme_internal {
 acmeError_t apply_option(const char* key, const char* value, const char* source) {
   Runtime& r = rt();
   const std::string k(key);
-  if (k == "protect") {
-    bool on;
-    if (!parse_bool(value, &on))
-      return fail(acmeErrorInvalidValue, "acme: %s: protect must be 0 or 1, got '%s'", source,
-                  value);
-    return set_protect(on);
+  if (k == "slow_device") {
+    uint64_t us;
+    if (!parse_u64(value, &us) || us > 10'000'000)
+      return fail(acmeErrorInvalidValue,
+                  "acme: %s: slow_device must be a delay in microseconds, 0..10000000, got '%s'",
+                  source, value);
+    r.slow_device_us = us;
+    return acmeSuccess;
   }
+  if (k == "protect")
+    return fail(acmeErrorInvalidValue,
+                "acme: %s: option 'protect' is gone: acme's device memory is never readable by "
+                "the host, at any time, from any thread (no mode to switch on)",
+                source);
   if (k == "fault_malloc" || k == "fault_memcpy") {
     double v;
     if (!parse_rate(value, &v))
@@ -113,7 +101,7 @@ acmeError_t apply_option(const char* key, const char* value, const char* source)
     return fail(acmeErrorInvalidValue,
                 "acme: option '%s' is read-only (set it through the device config / init)", key);
   return fail(acmeErrorInvalidValue,
-              "acme: unknown option '%s' (settable: protect, fault_malloc, fault_memcpy, "
+              "acme: unknown option '%s' (settable: slow_device, fault_malloc, fault_memcpy, "
               "fault_seed, stats, device_lost)",
               key);
 }
@@ -152,7 +140,7 @@ std::string stats_json() {
   add("d2d", s.d2d);
   add("peer", s.peer);
   add("launches", s.launches);
-  add("kernel_begins", s.kernel_begins);
+  add("host_waits", s.host_waits);
   add("injected_malloc_faults", s.injected_malloc);
   add("injected_memcpy_faults", s.injected_memcpy);
   add("live_streams", nstreams);
@@ -195,9 +183,8 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
   const std::string k(key);
   std::string v;
   char num[64];
-  if (k == "protect") {
-    std::lock_guard<std::mutex> lk(r.guard_mu);
-    v = r.protect ? "1" : "0";
+  if (k == "slow_device") {
+    v = std::to_string(r.slow_device_us.load());
   } else if (k == "fault_malloc" || k == "fault_memcpy") {
     std::snprintf(num, sizeof num, "%g", r.faults.rate[k == "fault_malloc" ? 0 : 1].load());
     v = num;
@@ -223,7 +210,7 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
       if (lost & (uint64_t{1} << i)) v += (v.empty() ? "" : ",") + std::to_string(i);
   } else {
     return fail(acmeErrorInvalidValue,
-                "acme: unknown option '%s' (known: protect, fault_malloc, fault_memcpy, "
+                "acme: unknown option '%s' (known: slow_device, fault_malloc, fault_memcpy, "
                 "fault_seed, stats, device_lost, device_count, capacity, alignment, "
                 "runtime_version, driver_version, built_driver_version)",
                 key);

@@ -1,5 +1,6 @@
-// acme vendor runtime: streams, events and kernel launch. The null stream
-// runs work inline; a created stream queues it on its own worker thread (stream.h).
+// acme vendor runtime: streams, events and kernel launch. Every stream, the
+// default one (a null acmeStream_t) included, queues its work on a worker
+// thread of its own (stream.h) that runs it as device work, in order.
 #include "internal.h"
 
 #include <chrono>
@@ -15,7 +16,50 @@ namespace acme_internal {
 
 std::atomic<uint64_t> g_fork_epoch{0};
 
+// A new stream of `device` with its worker running (its id and registration
+// are the caller's).
+acmeError_t start_stream(int device, std::shared_ptr<acmeStream_st>* out) {
+  auto s = std::make_shared<acmeStream_st>();
+  s->device = device;
+  s->fork_epoch = g_fork_epoch.load();
+  s->slow_us = &rt().slow_device_us;
+  try {
+    s->worker = std::thread([p = s.get()] {
+      DeviceWork on_device;  // the worker only ever runs queued device work
+      p->run();
+    });
+  } catch (const std::system_error& ex) {
+    return fail(acmeErrorRuntime, "acme: cannot start a stream's worker thread: %s", ex.what());
+  }
+  *out = std::move(s);
+  return acmeSuccess;
+}
+
+// The default stream of `device`, started on first use (again in a forked
+// child, where the parent's worker threads do not exist).
+acmeError_t default_stream(int device, std::shared_ptr<acmeStream_st>* out) {
+  if (auto e = check_device(device)) return e;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lk(r.reg_mu);
+  auto& slot = r.default_streams[static_cast<size_t>(device)];
+  if (!slot || slot->fork_epoch != g_fork_epoch.load(std::memory_order_relaxed)) {
+    if (slot) {
+      // A parent's stream: its std::thread names a thread that is not in this
+      // process; keep the object forever rather than destroying a joinable thread.
+      static auto* inherited = new std::vector<std::shared_ptr<acmeStream_st>>();
+      inherited->push_back(slot);
+    }
+    std::shared_ptr<acmeStream_st> fresh;
+    if (auto e = start_stream(device, &fresh)) return e;
+    fresh->id = 0;
+    slot = std::move(fresh);
+  }
+  *out = slot;
+  return acmeSuccess;
+}
+
 acmeError_t find_stream(int device, acmeStream_t s, std::shared_ptr<acmeStream_st>* out) {
+  if (!s) return default_stream(device, out);
   Runtime& r = rt();
   {
     std::lock_guard<std::mutex> lk(r.reg_mu);
@@ -68,15 +112,8 @@ acmeError_t acmeStreamCreate(int device, acmeStream_t* stream) {
   *stream = nullptr;
   if (auto e = check_device(device)) return e;
   Runtime& r = rt();
-  auto s = std::make_shared<acmeStream_st>();
-  s->device = device;
-  s->fork_epoch = g_fork_epoch.load();
-  try {
-    s->worker = std::thread([p = s.get()] { p->run(); });
-  } catch (const std::system_error& ex) {
-    return fail(acmeErrorRuntime, "acme: stream_create: cannot start a worker thread: %s",
-                ex.what());
-  }
+  std::shared_ptr<acmeStream_st> s;
+  if (auto e = start_stream(device, &s)) return e;
   std::lock_guard<std::mutex> lk(r.reg_mu);
   s->id = r.next_id++;
   r.streams.emplace(s.get(), s);
@@ -111,7 +148,6 @@ acmeError_t acmeStreamDestroy(int device, acmeStream_t stream) {
 
 acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
   if (auto e = check_alive(device)) return e;
-  if (!stream) return acmeSuccess;  // default stream work already ran inline
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   if (s->on_worker())
@@ -119,6 +155,7 @@ acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
                 "acme: stream_synchronize called from work running on stream #%llu itself "
                 "(would deadlock)",
                 static_cast<unsigned long long>(s->id));
+  rt().stats.host_waits++;
   std::string err = s->drain();
   if (!err.empty()) return fail_str(acmeErrorRuntime, std::move(err));
   return acmeSuccess;
@@ -127,10 +164,6 @@ acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
 acmeError_t acmeStreamQuery(int device, acmeStream_t stream, int* idle) {
   if (!idle) return fail(acmeErrorInvalidValue, "acme: stream_query: null output pointer");
   if (auto e = check_device(device)) return e;
-  if (!stream) {
-    *idle = 1;
-    return acmeSuccess;
-  }
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   *idle = s->idle() ? 1 : 0;
@@ -142,18 +175,13 @@ acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t eve
   std::shared_ptr<acmeEvent_st> ev;
   if (auto e = find_event(event, &ev)) return e;
   std::shared_ptr<acmeStream_st> s;
-  if (stream)
-    if (auto e = find_stream(device, stream, &s)) return e;
+  if (auto e = find_stream(device, stream, &s)) return e;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ev->recorded;
   }
   if (gen == 0) return acmeSuccess;  // never recorded: nothing to wait for
-  if (!s) {
-    ev->wait(gen);
-    return acmeSuccess;
-  }
   if (!s->push([ev, gen] { ev->wait(gen); }, "wait for event")) return destroyed(s);
   return acmeSuccess;
 }
@@ -195,16 +223,11 @@ acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream) 
     return fail(acmeErrorInvalidValue, "acme: event #%llu belongs to device %d, not device %d",
                 static_cast<unsigned long long>(ev->id), ev->device, device);
   std::shared_ptr<acmeStream_st> s;
-  if (stream)
-    if (auto e = find_stream(device, stream, &s)) return e;
+  if (auto e = find_stream(device, stream, &s)) return e;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ++ev->recorded;
-  }
-  if (!s) {
-    ev->reach(gen);  // the default stream has already done all its work
-    return acmeSuccess;
   }
   if (!s->push([ev, gen] { ev->reach(gen); }, "event marker")) {
     ev->reach(gen);  // nobody would complete this record: do not leave waiters hanging
@@ -222,6 +245,7 @@ acmeError_t acmeEventSynchronize(int device, acmeEvent_t event) {
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ev->recorded;
   }
+  rt().stats.host_waits++;
   ev->wait(gen);
   return acmeSuccess;
 }
@@ -268,33 +292,9 @@ acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream, void (*fn)(void*
 acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn) {
   if (auto e = check_alive(device)) return e;
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
-  Runtime& r = rt();
-  if (!stream) {
-    r.stats.launches++;
-    try {
-      r.stats.kernel_begins++;
-      DeviceScope scope;
-      fn();
-    } catch (const std::exception& ex) {
-      return fail(acmeErrorRuntime, "acme: kernel on the default stream of device %d failed: %s",
-                  device, ex.what());
-    } catch (...) {
-      return fail(acmeErrorRuntime,
-                  "acme: kernel on the default stream of device %d failed: unknown exception",
-                  device);
-    }
-    return acmeSuccess;
-  }
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
-  r.stats.launches++;
-  if (!s->push(
-          [f = std::move(fn)] {
-            rt().stats.kernel_begins++;
-            DeviceScope scope;
-            f();
-          },
-          "kernel"))
-    return destroyed(s);
+  rt().stats.launches++;
+  if (!s->push(std::move(fn), "kernel")) return destroyed(s);
   return acmeSuccess;
 }

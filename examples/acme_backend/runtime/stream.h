@@ -5,6 +5,7 @@
 #include "acme_runtime.h"
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,7 @@ struct acmeStream_st {
   std::string error;        // first unreported failure of queued work
   uint64_t more_errors = 0;  // failures after that one
   std::thread worker;
+  const std::atomic<uint64_t>* slow_us = nullptr;  // the runtime's slow-device delay
 
   // False when the stream is being destroyed: a racing destroy must not
   // leave work queued that no worker will ever run.
@@ -51,6 +53,10 @@ struct acmeStream_st {
         item = std::move(queue.front());
         queue.pop_front();
       }
+      // The slow-device option: the device takes its time, so a host that reads
+      // results without waiting for them sees stale bytes.
+      if (const uint64_t us = slow_us ? slow_us->load(std::memory_order_relaxed) : 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
       // Queued work must never take the process down: capture, report later.
       std::string err;
       try {

@@ -1,63 +1,33 @@
-// Standalone tests of acme's compute units (runtime/compute_units.h), built
-// and run by tests/test_acme_compute_units.py. Prints "PASS <name>" per test
-// and "compute units tests: N passed, M failed"; exit 1 on any failure.
+// acme runtime tests: compute units (runtime/compute_units.h), a program of
+// its own (tests/test_acme_compute_units.py builds it with the runtime's
+// sources): every chunk once, exceptions, concurrent and nested loops,
+// reconfiguration, options, fork, and loops run from device work, whose
+// chunks run as device work on every unit.
+#include "harness.h"
+
 #include "compute_units.h"
 
-#include <unistd.h>
-#include <sys/wait.h>
-
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <functional>
-#include <mutex>
 #include <set>
-#include <stdexcept>
-#include <string>
-#include <thread>
-#include <vector>
 
-namespace units = acme::units;
+ACME_TEST_MAIN("compute units tests")
 
 namespace {
-int g_failed = 0, g_passed = 0;
-std::string g_why;
 
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      g_why = std::string(#cond) + " (line " + std::to_string(__LINE__) + ")"; \
-      return false;                                                     \
-    }                                                                   \
-  } while (0)
-
-void run_test(const char* name, bool (*fn)()) {
-  g_why.clear();
-  bool ok = false;
-  try {
-    ok = fn();
-  } catch (const std::exception& e) {
-    g_why = std::string("exception: ") + e.what();
-  }
-  if (ok) {
-    ++g_passed;
-    std::printf("PASS %s\n", name);
-  } else {
-    ++g_failed;
-    std::printf("FAIL %s: %s\n", name, g_why.c_str());
-  }
-}
+constexpr int kFileOrder = 1;
+namespace units = acme::units;
 
 // Every chunk runs exactly once, with any unit count, and on several threads
 // when there are several units.
-bool every_chunk_once() {
+TEST(every_chunk_once) {
   for (int u : {1, 2, 3, 8}) {
     units::configure(u);
     CHECK(units::count() == u);
     for (int64_t n : {1, 2, 7, 1000}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
       for (int rep = 0; rep < 50; ++rep) units::run(n, u, [&](int64_t i) { hits[i]++; });
-      for (auto& h : hits) CHECK(h.load() == 50);
+      bool all = true;
+      for (auto& h : hits) all &= h.load() == 50;
+      CHECK(all);
     }
   }
   units::configure(4);
@@ -77,11 +47,10 @@ bool every_chunk_once() {
     seen.insert(std::this_thread::get_id());
   });
   CHECK(seen.size() == 1 && *seen.begin() == std::this_thread::get_id());
-  return true;
 }
 
 // The lowest failing chunk's exception reaches the caller; the pool keeps working.
-bool exceptions_propagate() {
+TEST(exceptions_propagate) {
   units::configure(4);
   for (int rep = 0; rep < 20; ++rep) {
     std::string what;
@@ -98,12 +67,11 @@ bool exceptions_propagate() {
   std::atomic<int> after{0};
   units::run(10, 4, [&](int64_t) { after++; });
   CHECK(after.load() == 10);
-  return true;
 }
 
 // Several threads (acme streams) run parallel loops at once, with loops nested
 // in chunks: all complete, nothing deadlocks, every chunk counted once.
-bool concurrent_and_nested() {
+TEST(concurrent_and_nested) {
   units::configure(4);
   std::atomic<long> sum{0};
   std::vector<std::thread> threads;
@@ -114,17 +82,14 @@ bool concurrent_and_nested() {
     });
   for (auto& t : threads) t.join();
   CHECK(sum.load() == 4L * 200 * 16 * 3);
-  return true;
 }
 
 // Reconfiguring while other threads run loops is safe.
-bool reconfigure_while_running() {
+TEST(reconfigure_while_running) {
   std::atomic<bool> stop{false};
   std::atomic<long> done{0};
   std::thread worker([&] {
-    while (!stop) {
-      units::run(32, 8, [&](int64_t) { done++; });
-    }
+    while (!stop) units::run(32, 8, [&](int64_t) { done++; });
   });
   for (int u = 1; u <= 6; ++u) {
     units::configure(u);
@@ -133,46 +98,111 @@ bool reconfigure_while_running() {
   stop = true;
   worker.join();
   CHECK(done.load() % 32 == 0 && done.load() > 0);
-  return true;
 }
 
 // Options: "compute_units" takes 1..1024 or auto; junk is refused with a message.
-bool options() {
+TEST(options) {
   std::string err;
   CHECK(units::set_option("3", &err) && units::get_option() == "3");
   CHECK(units::set_option("auto", &err) && units::count() >= 1);
   for (const char* bad : {"0", "-2", "x", "", "2x", "5000"}) {
     err.clear();
     CHECK(!units::set_option(bad, &err));
-    CHECK(err.find("compute_units='") != std::string::npos && err.find("1..1024") != std::string::npos);
+    CHECK(contains(err, "compute_units='") && contains(err, "1..1024"));
   }
-  return true;
 }
 
 // A forked child has no worker threads: its loops still run (on a new pool).
-bool fork_child() {
+TEST(fork_child) {
   units::configure(4);
   units::run(8, 4, [](int64_t) {});  // start the parent's workers
-  pid_t pid = fork();
-  if (pid == 0) {
+  CHECK_CHILD_OK(run_in_child([] {
     std::atomic<int> n{0};
     units::run(100, 4, [&](int64_t) { n++; });
     _exit(n.load() == 100 ? 0 : 3);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  return true;
+  }));
 }
-}  // namespace
 
-int main() {
-  run_test("every_chunk_once", every_chunk_once);
-  run_test("exceptions_propagate", exceptions_propagate);
-  run_test("concurrent_and_nested", concurrent_and_nested);
-  run_test("reconfigure_while_running", reconfigure_while_running);
-  run_test("options", options);
-  run_test("fork_child", fork_child);
-  std::printf("compute units tests: %d passed, %d failed\n", g_passed, g_failed);
-  return g_failed ? 1 : 0;
+// A parallel loop run from launched work: every chunk, on whichever unit,
+// runs as device work and reaches device memory through its view.
+TEST(device_work_on_every_unit) {
+  ensure_init();
+  units::configure(4);
+  constexpr int64_t n = 64;
+  void* d = nullptr;
+  CHECK_OK(rtm::malloc(0, n * sizeof(int64_t), &d));
+  std::mutex m;
+  std::set<std::thread::id> unit_threads;
+  std::atomic<int> not_on_device{0}, no_view{0};
+  rtm::Stream s = nullptr;
+  CHECK_OK(rtm::stream_create(0, &s));
+  int rep = 0;
+  for (; rep < 200 && unit_threads.size() < 2; ++rep) {
+    // The default stream and a created one, in turn.
+    rtm::Stream stream = rep % 2 ? s : nullptr;
+    CHECK_OK(rtm::launch(0, stream, [&, rep] {
+      units::run(n, 4, [&, rep](int64_t i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (acmeOnDevice() != 1) not_on_device++;
+        auto* p = static_cast<int64_t*>(acmeDeviceView(d));
+        if (!p) {
+          no_view++;
+          return;
+        }
+        p[i] = i * 1000 + rep;
+        std::lock_guard<std::mutex> lock(m);
+        unit_threads.insert(std::this_thread::get_id());
+      });
+    }));
+    CHECK_OK(rtm::stream_synchronize(0, stream));
+  }
+  CHECK(unit_threads.size() >= 2);  // the loop really ran on several units
+  CHECK(not_on_device == 0);
+  CHECK(no_view == 0);
+  std::vector<int64_t> back(n);
+  CHECK_ACME(acmeMemcpy(back.data(), d, n * sizeof(int64_t), acmeMemcpyDeviceToHost, 0),
+             acmeSuccess);
+  bool all = true;
+  for (int64_t i = 0; i < n; ++i) all &= back[i] == i * 1000 + (rep - 1);
+  CHECK(all);
+  // A chunk's exception reaches the synchronize of the stream that ran the loop.
+  CHECK_OK(rtm::launch(0, nullptr, [] {
+    units::run(16, 4, [](int64_t i) {
+      if (i == 5) throw std::runtime_error("chunk 5 failed");
+    });
+  }));
+  CHECK_ST(rtm::stream_synchronize(0, nullptr), Status::Error);
+  CHECK(contains(last(), "chunk 5 failed"));
+  CHECK_OK(rtm::stream_destroy(0, s));
+  CHECK_OK(rtm::free(0, d));
 }
+
+// Units that ran device work do not stay device work: a loop run by host code
+// reaches no device memory, on any unit.
+TEST(host_work_stays_host) {
+  ensure_init();
+  units::configure(4);
+  void* d = nullptr;
+  CHECK_OK(rtm::malloc(0, 64, &d));
+  CHECK_OK(rtm::launch(0, nullptr, [d] {
+    units::run(64, 4, [d](int64_t) { (void)acmeDeviceView(d); });
+  }));
+  CHECK_OK(rtm::stream_synchronize(0, nullptr));
+  std::mutex m;
+  std::set<std::thread::id> unit_threads;
+  std::atomic<int> on_device{0}, got_view{0};
+  for (int rep = 0; rep < 200 && unit_threads.size() < 2; ++rep)
+    units::run(64, 4, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (acmeOnDevice()) on_device++;
+      if (acmeDeviceView(d) || acmeDeviceOrHostView(d)) got_view++;
+      std::lock_guard<std::mutex> lock(m);
+      unit_threads.insert(std::this_thread::get_id());
+    });
+  CHECK(unit_threads.size() >= 2);
+  CHECK(on_device == 0);
+  CHECK(got_view == 0);
+  CHECK_OK(rtm::free(0, d));
+}
+
+}  // namespace
