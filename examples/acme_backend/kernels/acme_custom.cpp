@@ -2,6 +2,8 @@
 // fusion a vendor ships for transformer MLPs. bias broadcasts over the last dim.
 #include "kernels.h"
 
+#include "common/device.h"
+
 #include <ATen/ops/empty.h>
 
 #include <cmath>
@@ -18,15 +20,18 @@ at::Tensor k_fused_bias_gelu(const at::Tensor & x, const at::Tensor & bias) {
   at::Tensor in = x.contiguous();
   at::Tensor b = bias.contiguous();
   at::Tensor out = at::empty(in.sizes(), in.options());
-  const float* src = in.const_data_ptr<float>();
-  const float* bias_data = b.const_data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  const int64_t width = b.numel();
-  const int64_t n = in.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    float v = src[i] + bias_data[i % width];
-    dst[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-  }
+  if (out.numel() == 0) return out;
+  // the device part: one pass, queued on the stream
+  common::launch(out, [src_addr = in.const_data_ptr(), bias_addr = b.const_data_ptr(),
+                       dst_addr = out.data_ptr(), width = b.numel(), n = in.numel()] {
+    const auto* src = static_cast<const float*>(common::device_view(src_addr));
+    const auto* bias_data = static_cast<const float*>(common::device_view(bias_addr));
+    auto* dst = static_cast<float*>(common::device_view(dst_addr));
+    for (int64_t i = 0; i < n; ++i) {
+      float v = src[i] + bias_data[i % width];
+      dst[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    }
+  });
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <ATen/ops/empty.h>
 
 #include "gemm.h"
+#include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
@@ -51,12 +52,13 @@ AttnShape attn_shape(const char* op, const at::Tensor& q, const at::Tensor& k, c
   return s;
 }
 
-bool has_bias(const at::Tensor& b) { return b.defined() && b.numel() > 0; }
+template <class Tensor>
+bool has_bias(const Tensor& b) { return b.defined() && b.numel() > 0; }
 
 // Additive bias broadcast to (B, H, L, S) as a dense Acc array; a bool mask
-// becomes 0 (keep) / -inf (drop).
+// becomes 0 (keep) / -inf (drop). Device part.
 template <class Acc>
-std::vector<Acc> load_bias(const char* op, const at::Tensor& bias, const AttnShape& s) {
+std::vector<Acc> load_bias(const char* op, const cm::DeviceTensor& bias, const AttnShape& s) {
   const std::vector<int64_t> shape{s.B, s.H, s.L, s.S};
   std::vector<Acc> out(static_cast<size_t>(s.B * s.H * s.L * s.S));
   if (bias.scalar_type() == c10::ScalarType::Bool) {
@@ -98,6 +100,10 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
   if (s.B * s.H * s.L > 0) {
     nn::dispatch_compute(op, query, [&](auto tag) {
       using Acc = ACME_T(tag);
+      cm::launch(out, [op, s, sc, is_causal, query = cm::DeviceTensor(query),
+                       key = cm::DeviceTensor(key), value = cm::DeviceTensor(value),
+                       bias = cm::DeviceTensor(bias), out = cm::DeviceTensor(out),
+                       lse = cm::DeviceTensor(lse)] {
       auto q = nn::load<Acc>(op, query);
       auto k = nn::load<Acc>(op, key);
       auto v = nn::load<Acc>(op, value);
@@ -139,13 +145,16 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
       }
       nn::store<Acc>(op, O.data(), out);
       nn::store<float>(op, L_.data(), lse);
+      });
     });
   } else if (out.numel()) {
     // no keys: every row is fully masked
     nn::dispatch_compute(op, query, [&](auto tag) {
       using Acc = ACME_T(tag);
-      std::vector<Acc> z(static_cast<size_t>(out.numel()), Acc(0));
-      nn::store<Acc>(op, z.data(), out);
+      cm::launch(out, [op, out = cm::DeviceTensor(out)] {
+        std::vector<Acc> z(static_cast<size_t>(out.numel()), Acc(0));
+        nn::store<Acc>(op, z.data(), out);
+      });
     });
   }
   at::Tensor debug = at::empty({0}, query.options());
@@ -183,8 +192,15 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
     ACME_CHECK_T(attn_bias.dim() <= 4, op, attn_bias, "attn_bias must be at most 4-d");
     gb = at::empty(attn_bias.sizes(), attn_bias.options());
   }
+  const at::Tensor& on = query;
   nn::dispatch_compute(op, query, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(on, [op, s, sc, is_causal, bias_on, want_gb, query = cm::DeviceTensor(query),
+                    key = cm::DeviceTensor(key), value = cm::DeviceTensor(value),
+                    out = cm::DeviceTensor(out), grad_out = cm::DeviceTensor(grad_out),
+                    logsumexp = cm::DeviceTensor(logsumexp), attn_bias = cm::DeviceTensor(attn_bias),
+                    gq = cm::DeviceTensor(gq), gk = cm::DeviceTensor(gk), gv = cm::DeviceTensor(gv),
+                    gb = cm::DeviceTensor(gb)] {
     auto q = nn::load<Acc>(op, query);
     auto k = nn::load<Acc>(op, key);
     auto v = nn::load<Acc>(op, value);
@@ -266,6 +282,7 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
             }
       nn::store<Acc>(op, red.data(), gb);
     }
+    });
   });
   return {gq, gk, gv, gb};
 }

@@ -185,16 +185,24 @@ bool k_equal(const at::Tensor& self, const at::Tensor& other) {
   it.add(a);
   it.add(b);
   it.build();
-  bool same = true;
+  // The answer is a bool on the host: computed on the device into one byte,
+  // then read (the host waits, as for CUDA's torch.equal).
+  at::Tensor answer = at::empty({}, self.options().dtype(at::kBool));
   dispatch<kAll>(op, self.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n && same; ++i)
-        same = static_cast<M>(*reinterpret_cast<const T*>(p[0] + i * s[0])) ==
-               static_cast<M>(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+    launch(answer, [it, result = answer.data_ptr()] {
+      bool same = true;
+      it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n && same; ++i)
+          same = static_cast<M>(*reinterpret_cast<const T*>(p[0] + i * s[0])) ==
+                 static_cast<M>(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+      });
+      *static_cast<bool*>(device_view(result)) = same;
     });
   });
+  bool same = false;
+  read_on_host(op, answer, answer.const_data_ptr(), &same, 1);
   return same;
 }
 

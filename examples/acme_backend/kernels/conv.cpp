@@ -676,28 +676,33 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, in5);
-    auto w = nn::load<Acc>(op, w5);
-    nn::OutBuf<Acc> ob(out);
-    Acc* y = ob.data();
-    if (g.K() == 0 || x.data() == nullptr) {
-      std::fill(y, y + out.numel(), Acc(0));
-    } else if (!transposed) {
-      conv_fwd_live<Acc>(op, g, x.data(), w.data(), y);
-    } else {
-      conv_bwd_data_live<Acc>(op, g, x.data(), w.data(), y);
-    }
-    if (has_bias) {
-      auto b = nn::load<Acc>(op, *bias);
-      const int64_t plane = oD * oH * oW;
-      for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t c = 0; c < outC; ++c) {
-          Acc* p = y + (n * outC + c) * plane;
-          const Acc bv = b.data()[c];
-          for (int64_t i = 0; i < plane; ++i) p[i] += bv;
-        }
-    }
-    ob.finish(op);
+    cm::launch(out, [op, g, transposed, has_bias, outC, oD, oH, oW, in5 = cm::DeviceTensor(in5),
+                     w5 = cm::DeviceTensor(w5),
+                     bias = has_bias ? cm::DeviceTensor(*bias) : cm::DeviceTensor(),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, in5);
+      auto w = nn::load<Acc>(op, w5);
+      nn::OutBuf<Acc> ob(out);
+      Acc* y = ob.data();
+      if (g.K() == 0 || x.data() == nullptr) {
+        std::fill(y, y + out.numel(), Acc(0));
+      } else if (!transposed) {
+        conv_fwd_live<Acc>(op, g, x.data(), w.data(), y);
+      } else {
+        conv_bwd_data_live<Acc>(op, g, x.data(), w.data(), y);
+      }
+      if (has_bias) {
+        auto b = nn::load<Acc>(op, bias);
+        const int64_t plane = oD * oH * oW;
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t c = 0; c < outC; ++c) {
+            Acc* p = y + (n * outC + c) * plane;
+            const Acc bv = b.data()[c];
+            for (int64_t i = 0; i < plane; ++i) p[i] += bv;
+          }
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -728,51 +733,58 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (output_mask[2]) gb = at::empty({transposed ? g.C : g.O}, grad_output.options());
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, go5);
-    const bool empty_k = g.K() == 0;
-    if (output_mask[0] && gi.numel() > 0) {
-      auto w = nn::load<Acc>(op, w5);
-      nn::OutBuf<Acc> ob(gi);
-      if (empty_k || go5.numel() == 0) {
-        std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      } else if (!transposed) {
-        conv_bwd_data_live<Acc>(op, g, go.data(), w.data(), ob.data());
-      } else {
-        conv_fwd_live<Acc>(op, g, go.data(), w.data(), ob.data());
-      }
-      ob.finish(op);
-    }
-    if (output_mask[1] && gw.numel() > 0) {
-      auto x = nn::load<Acc>(op, in5);
-      nn::OutBuf<Acc> ob(gw);
-      if (g.N == 0 || g.P() == 0 || g.S() == 0) {
-        std::fill(ob.data(), ob.data() + gw.numel(), Acc(0));
-      } else if (!transposed) {
-        conv_bwd_weight_live<Acc>(op, g, x.data(), go.data(), ob.data());
-      } else {
-        // big side = grad_output, small side = input
-        conv_bwd_weight_live<Acc>(op, g, go.data(), x.data(), ob.data());
-      }
-      ob.finish(op);
-    }
-    if (output_mask[2] && gb.numel() > 0) {
-      // The bias gradient sums N x plane values per channel (thousands in a
-      // transposed 3-d conv): a float running sum loses ~plane * eps of the
-      // largest term (OpInfo's conv_transpose3d sample: 2.3e-4 off float64 on
-      // 194, CPU 1.6e-5), so the sum runs in double and rounds once.
-      const int64_t C = gb.size(0);
-      const int64_t plane = go5.size(2) * go5.size(3) * go5.size(4);
-      std::vector<double> sum(static_cast<size_t>(C), 0.0);
-      for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-          const Acc* p = go.data() + (n * C + c) * plane;
-          double s = 0;
-          for (int64_t i = 0; i < plane; ++i) s += p[i];
-          sum[c] += s;
+    // One device part for the three gradients: they share the staged grad_output.
+    // An output not asked for is an undefined DeviceTensor (never reached).
+    cm::launch(input, [op, g, transposed, output_mask, in5 = cm::DeviceTensor(in5),
+                       w5 = cm::DeviceTensor(w5), go5 = cm::DeviceTensor(go5),
+                       gi = cm::DeviceTensor(gi), gw = cm::DeviceTensor(gw),
+                       gb = cm::DeviceTensor(gb)] {
+      auto go = nn::load<Acc>(op, go5);
+      const bool empty_k = g.K() == 0;
+      if (output_mask[0] && gi.numel() > 0) {
+        auto w = nn::load<Acc>(op, w5);
+        nn::OutBuf<Acc> ob(gi);
+        if (empty_k || go5.numel() == 0) {
+          std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+        } else if (!transposed) {
+          conv_bwd_data_live<Acc>(op, g, go.data(), w.data(), ob.data());
+        } else {
+          conv_fwd_live<Acc>(op, g, go.data(), w.data(), ob.data());
         }
-      std::vector<Acc> acc(sum.begin(), sum.end());
-      nn::store<Acc>(op, acc.data(), gb);
-    }
+        ob.finish(op);
+      }
+      if (output_mask[1] && gw.numel() > 0) {
+        auto x = nn::load<Acc>(op, in5);
+        nn::OutBuf<Acc> ob(gw);
+        if (g.N == 0 || g.P() == 0 || g.S() == 0) {
+          std::fill(ob.data(), ob.data() + gw.numel(), Acc(0));
+        } else if (!transposed) {
+          conv_bwd_weight_live<Acc>(op, g, x.data(), go.data(), ob.data());
+        } else {
+          // big side = grad_output, small side = input
+          conv_bwd_weight_live<Acc>(op, g, go.data(), x.data(), ob.data());
+        }
+        ob.finish(op);
+      }
+      if (output_mask[2] && gb.numel() > 0) {
+        // The bias gradient sums N x plane values per channel (thousands in a
+        // transposed 3-d conv): a float running sum loses ~plane * eps of the
+        // largest term (OpInfo's conv_transpose3d sample: 2.3e-4 off float64 on
+        // 194, CPU 1.6e-5), so the sum runs in double and rounds once.
+        const int64_t C = gb.size(0);
+        const int64_t plane = go5.size(2) * go5.size(3) * go5.size(4);
+        std::vector<double> sum(static_cast<size_t>(C), 0.0);
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t c = 0; c < C; ++c) {
+            const Acc* p = go.data() + (n * C + c) * plane;
+            double s = 0;
+            for (int64_t i = 0; i < plane; ++i) s += p[i];
+            sum[c] += s;
+          }
+        std::vector<Acc> acc(sum.begin(), sum.end());
+        nn::store<Acc>(op, acc.data(), gb);
+      }
+    });
   });
   return {gi, gw, gb};
 }
@@ -817,10 +829,12 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, x4);
-    nn::OutBuf<Acc> ob(out);
-    im2col(g, x.data(), ob.data(), per_image_layout(g));
-    ob.finish(op);
+    cm::launch(out, [op, g, x4 = cm::DeviceTensor(x4), out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, x4);
+      nn::OutBuf<Acc> ob(out);
+      im2col(g, x.data(), ob.data(), per_image_layout(g));
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -849,10 +863,12 @@ at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto c = nn::load<Acc>(op, c3);
-    nn::OutBuf<Acc> ob(out);
-    col2im(g, c.data(), ob.data(), per_image_layout(g));
-    ob.finish(op);
+    cm::launch(out, [op, g, c3 = cm::DeviceTensor(c3), out = cm::DeviceTensor(out)] {
+      auto c = nn::load<Acc>(op, c3);
+      nn::OutBuf<Acc> ob(out);
+      col2im(g, c.data(), ob.data(), per_image_layout(g));
+      ob.finish(op);
+    });
   });
   return out;
 }

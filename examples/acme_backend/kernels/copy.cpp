@@ -18,19 +18,21 @@ at::Tensor& k_copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) 
 
 at::Tensor& k_fill__Scalar(at::Tensor& self, const at::Scalar& value) {
   const char* op = "fill_.Scalar";
+  if (self.numel() == 0) return self;
   StridedIter it(self.sizes());
   it.add(self);
   it.build();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T x = value.to<T>();
-    it.parallel_for_each(kGrainCheap, [&](char* const* p, const int64_t* s, int64_t n) {
-      if (s[0] == sizeof(T)) {
-        T* o = reinterpret_cast<T*>(p[0]);
-        for (int64_t i = 0; i < n; ++i) o[i] = x;
-      } else {
-        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = x;
-      }
+    launch(self, [it, x = value.to<T>()] {
+      it.parallel_for_each(kGrainCheap, [&](char* const* p, const int64_t* s, int64_t n) {
+        if (s[0] == sizeof(T)) {
+          T* o = reinterpret_cast<T*>(p[0]);
+          for (int64_t i = 0; i < n; ++i) o[i] = x;
+        } else {
+          for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = x;
+        }
+      });
     });
   });
   return self;

@@ -12,15 +12,19 @@ namespace acme::kernels {
 using namespace acme::common;
 
 namespace {
-// Writes f(i) to every element of 1-d `out` (any stride), in out's dtype.
+// Writes f(tag, i) to every element of 1-d `out` (any stride), in out's dtype,
+// on the device: f travels with the work (it must hold values).
 template <class F>
 void fill_1d(const char* op, at::Tensor& out, F f) {
   const int64_t n = out.numel();
-  const int64_t st = n ? out.stride(0) : 1;
+  if (n == 0) return;
+  const int64_t st = out.stride(0);
   dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
-    for (int64_t i = 0; i < n; ++i) o[i * st] = f(tag, i);
+    launch(out, [addr = out.data_ptr(), n, st, f, tag] {
+      T* o = static_cast<T*>(device_view(addr));
+      for (int64_t i = 0; i < n; ++i) o[i * st] = f(tag, i);
+    });
   });
 }
 
@@ -51,7 +55,7 @@ at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, c
   }
   ACME_CHECK(n >= 0, op, "invalid size ", n);
   resize_out(out, {n});
-  fill_1d(op, out, [&](auto tag, int64_t i) {
+  fill_1d(op, out, [=](auto tag, int64_t i) {
     using T = ACME_T(tag);
     if constexpr (is_floating_v<T>) return cvt<T>(s + d * static_cast<double>(i));
     else return cvt<T>(start.toLong() + step.toLong() * i);
@@ -66,7 +70,7 @@ at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64
   const double s = start.to<double>(), e = end.to<double>();
   const double step = steps > 1 ? (e - s) / static_cast<double>(steps - 1) : 0.0;
   const int64_t half = steps / 2;
-  fill_1d(op, out, [&](auto tag, int64_t i) {
+  fill_1d(op, out, [=](auto tag, int64_t i) {
     using T = ACME_T(tag);
     // symmetric formula (from both ends) so the last value is exactly `end`;
     // a single step is `start`, as in torch
@@ -92,7 +96,7 @@ at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64
   ACME_CHECK(steps >= 0, op, "number of steps must be non-negative");
   resize_out(out, {steps});
   const int64_t half = steps / 2;
-  fill_1d(op, out, [&](auto tag, int64_t i) {
+  fill_1d(op, out, [=](auto tag, int64_t i) {
     using T = ACME_T(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return cvt<T>(std::pow(base, steps == 1 ? start.to<double>() : 0.0));
@@ -119,12 +123,14 @@ at::Tensor& k_eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
   ACME_CHECK(n >= 0, op, "n must be greater or equal to 0, got ", n);
   ACME_CHECK(m >= 0, op, "m must be greater or equal to 0, got ", m);
   resize_out(out, {n, m});
+  if (out.numel() == 0) return out;
   dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
-    const int64_t s0 = out.stride(0), s1 = out.stride(1);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) o[i * s0 + j * s1] = cvt<T>(i == j ? 1 : 0);
+    launch(out, [addr = out.data_ptr(), n, m, s0 = out.stride(0), s1 = out.stride(1)] {
+      T* o = static_cast<T*>(device_view(addr));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m; ++j) o[i * s0 + j * s1] = cvt<T>(i == j ? 1 : 0);
+    });
   });
   return out;
 }
@@ -136,7 +142,7 @@ at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset,
   ACME_CHECK(col >= 0, op, "col must be non-negative, got", col);
   ACME_CHECK(device.has_value(), op, "a device is required");
   // count first, then write row-major coordinates
-  auto lo_hi = [&](int64_t i, int64_t& lo, int64_t& hi) {
+  auto lo_hi = [lower, offset, col](int64_t i, int64_t& lo, int64_t& hi) {
     if (lower) { lo = 0; hi = std::clamp<int64_t>(i + offset + 1, 0, col); }
     else { lo = std::clamp<int64_t>(i + offset, 0, col); hi = col; }
   };
@@ -147,19 +153,22 @@ at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset,
     n += std::max<int64_t>(0, hi - lo);
   }
   at::Tensor out = at::empty({2, n}, at::TensorOptions().dtype(dtype.value_or(at::kLong)).device(*device));
+  if (n == 0) return out;
   dispatch<kI64 | kI32>(op, out.device(), out.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* r = static_cast<T*>(out.data_ptr());
-    T* c = r + n;
-    int64_t k = 0;
-    for (int64_t i = 0; i < row; ++i) {
-      int64_t lo, hi;
-      lo_hi(i, lo, hi);
-      for (int64_t j = lo; j < hi; ++j, ++k) {
-        r[k] = static_cast<T>(i);
-        c[k] = static_cast<T>(j);
+    launch(out, [addr = out.data_ptr(), n, row, lo_hi] {
+      T* r = static_cast<T*>(device_view(addr));
+      T* c = r + n;
+      int64_t k = 0;
+      for (int64_t i = 0; i < row; ++i) {
+        int64_t lo, hi;
+        lo_hi(i, lo, hi);
+        for (int64_t j = lo; j < hi; ++j, ++k) {
+          r[k] = static_cast<T>(i);
+          c[k] = static_cast<T>(j);
+        }
       }
-    }
+    });
   });
   return out;
 }
@@ -186,23 +195,9 @@ at::Tensor k_fill_Tensor(const at::Tensor& self, const at::Tensor& value) {
   ACME_CHECK_T(value.dim() == 0, op, value,
                "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
                " dimensions.");
-  const at::Scalar v = tensor_to_scalar(op, value);
   at::Tensor out = alloc_output(op, {&self}, self.sizes(), self.scalar_type());
-  StridedIter it(out.sizes());
-  it.add(out);
-  it.build();
-  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
-    const T x = v.to<T>();
-    it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
-      if (s[0] == sizeof(T)) {
-        T* o = reinterpret_cast<T*>(p[0]);
-        for (int64_t i = 0; i < n; ++i) o[i] = x;
-      } else {
-        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = x;
-      }
-    });
-  });
+  // The value is read where it lives, by the device part: no host wait.
+  convert_into(op, out, value.expand(out.sizes()));
   return out;
 }
 

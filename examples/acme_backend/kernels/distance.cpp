@@ -133,14 +133,16 @@ at::Tensor k__cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p
   const Norm n = norm_of(p);
   dispatch<kDist>(op, x1.device(), x1.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T* ap = static_cast<const T*>(a.data_ptr());
-    const T* bp = static_cast<const T*>(b.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    const T pt = static_cast<T>(p);
-    for (int64_t l = 0; l < nb; ++l)
-      for (int64_t i = 0; i < r1; ++i)
-        for (int64_t j = 0; j < r2; ++j)
-          o[(l * r1 + i) * r2 + j] = row_distance(ap + (l * r1 + i) * m, bp + (l * r2 + j) * m, m, n, pt);
+    launch(out, [p, n, nb, r1, r2, m, a = DeviceTensor(a), b = DeviceTensor(b), out = DeviceTensor(out)] {
+      const T* ap = static_cast<const T*>(a.data_ptr());
+      const T* bp = static_cast<const T*>(b.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      const T pt = static_cast<T>(p);
+      for (int64_t l = 0; l < nb; ++l)
+        for (int64_t i = 0; i < r1; ++i)
+          for (int64_t j = 0; j < r2; ++j)
+            o[(l * r1 + i) * r2 + j] = row_distance(ap + (l * r1 + i) * m, bp + (l * r2 + j) * m, m, n, pt);
+    });
   });
   return out;
 }
@@ -175,23 +177,26 @@ at::Tensor k__cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const
   const Norm n = norm_of(p);
   dispatch<kDist>(op, x1.device(), x1.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T* ap = static_cast<const T*>(a.data_ptr());
-    const T* bp = static_cast<const T*>(b.data_ptr());
-    const T* gp = static_cast<const T*>(g.data_ptr());
-    const T* dp = static_cast<const T*>(d.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    const T pt = static_cast<T>(p);
-    for (int64_t l = 0; l < nb; ++l)
-      for (int64_t i = 0; i < r1; ++i) {
-        T* res = o + (l * r1 + i) * m;
-        const T* ai = ap + (l * r1 + i) * m;
-        std::fill(res, res + m, T(0));
-        for (int64_t j = 0; j < r2; ++j) {
-          const T* bj = bp + (l * r2 + j) * m;
-          const int64_t k = (l * r1 + i) * r2 + j;
-          for (int64_t c = 0; c < m; ++c) res[c] += pair_grad(ai[c] - bj[c], gp[k], dp[k], n, pt);
+    launch(out, [p, n, nb, r1, r2, m, a = DeviceTensor(a), b = DeviceTensor(b), g = DeviceTensor(g),
+                 d = DeviceTensor(d), out = DeviceTensor(out)] {
+      const T* ap = static_cast<const T*>(a.data_ptr());
+      const T* bp = static_cast<const T*>(b.data_ptr());
+      const T* gp = static_cast<const T*>(g.data_ptr());
+      const T* dp = static_cast<const T*>(d.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      const T pt = static_cast<T>(p);
+      for (int64_t l = 0; l < nb; ++l)
+        for (int64_t i = 0; i < r1; ++i) {
+          T* res = o + (l * r1 + i) * m;
+          const T* ai = ap + (l * r1 + i) * m;
+          std::fill(res, res + m, T(0));
+          for (int64_t j = 0; j < r2; ++j) {
+            const T* bj = bp + (l * r2 + j) * m;
+            const int64_t k = (l * r1 + i) * r2 + j;
+            for (int64_t c = 0; c < m; ++c) res[c] += pair_grad(ai[c] - bj[c], gp[k], dp[k], n, pt);
+          }
         }
-      }
+    });
   });
   return out;
 }
@@ -209,12 +214,14 @@ at::Tensor k__pdist_forward(const at::Tensor& self, double p) {
   const Norm n = norm_of(p);
   dispatch<kDist>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T* x = static_cast<const T*>(self.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    const T pt = static_cast<T>(p);
-    int64_t k = 0;
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = i + 1; j < r; ++j) o[k++] = row_distance(x + i * m, x + j * m, m, n, pt);
+    launch(out, [p, n, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
+      const T* x = static_cast<const T*>(self.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      const T pt = static_cast<T>(p);
+      int64_t k = 0;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = i + 1; j < r; ++j) o[k++] = row_distance(x + i * m, x + j * m, m, n, pt);
+    });
   });
   return out;
 }
@@ -235,20 +242,23 @@ at::Tensor k__pdist_backward(const at::Tensor& grad, const at::Tensor& self, dou
   const Norm n = norm_of(p);
   dispatch<kDist>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T* x = static_cast<const T*>(self.data_ptr());
-    const T* gp = static_cast<const T*>(g.data_ptr());
-    const T* dp = static_cast<const T*>(pdist.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    const T pt = static_cast<T>(p);
-    std::fill(o, o + out.numel(), T(0));
-    int64_t k = 0;
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = i + 1; j < r; ++j, ++k)
-        for (int64_t c = 0; c < m; ++c) {
-          const T v = pair_grad(x[i * m + c] - x[j * m + c], gp[k], dp[k], n, pt);
-          o[i * m + c] += v;
-          o[j * m + c] -= v;
-        }
+    launch(out, [p, n, r, m, self = DeviceTensor(self), g = DeviceTensor(g), pdist = DeviceTensor(pdist),
+                 out = DeviceTensor(out)] {
+      const T* x = static_cast<const T*>(self.data_ptr());
+      const T* gp = static_cast<const T*>(g.data_ptr());
+      const T* dp = static_cast<const T*>(pdist.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      const T pt = static_cast<T>(p);
+      std::fill(o, o + out.numel(), T(0));
+      int64_t k = 0;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = i + 1; j < r; ++j, ++k)
+          for (int64_t c = 0; c < m; ++c) {
+            const T v = pair_grad(x[i * m + c] - x[j * m + c], gp[k], dp[k], n, pt);
+            o[i * m + c] += v;
+            o[j * m + c] -= v;
+          }
+    });
   });
   return out;
 }

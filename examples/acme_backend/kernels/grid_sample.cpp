@@ -26,6 +26,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include "common/device.h"
 #include "common/parallel.h"
 #include "kernels.h"
 #include "nn_buffers.h"
@@ -406,18 +407,21 @@ at::Tensor grid_sample_forward(const char* op, const at::Tensor& input, const at
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    const auto x = nn::load<Acc>(op, input);
-    const auto g = nn::load<Acc>(op, grid);
-    nn::OutBuf<Acc> ob(out);
-    // every grid point writes only its own outputs: cut anywhere, same results
-    cm::parallel_for(s.N * s.points, 256, [&](int64_t begin, int64_t end) {
-      for (int64_t q = begin; q < end; ++q) {
-        const int64_t n = q / s.points, pt = q % s.points;
-        const Source<Acc, K> p = source(g.data() + q * K, s, m);
-        sample_point(x.data() + n * s.image, ob.data() + n * s.C * s.points + pt, s, m, p);
-      }
+    cm::launch(out, [op, s, m, input = cm::DeviceTensor(input), grid = cm::DeviceTensor(grid),
+                     out = cm::DeviceTensor(out)] {
+      const auto x = nn::load<Acc>(op, input);
+      const auto g = nn::load<Acc>(op, grid);
+      nn::OutBuf<Acc> ob(out);
+      // every grid point writes only its own outputs: cut anywhere, same results
+      cm::parallel_for(s.N * s.points, 256, [&](int64_t begin, int64_t end) {
+        for (int64_t q = begin; q < end; ++q) {
+          const int64_t n = q / s.points, pt = q % s.points;
+          const Source<Acc, K> p = source(g.data() + q * K, s, m);
+          sample_point(x.data() + n * s.image, ob.data() + n * s.C * s.points + pt, s, m, p);
+        }
+      });
+      ob.finish(op);
     });
-    ob.finish(op);
   });
   return out;
 }
@@ -440,25 +444,31 @@ template <int K>
   if (grad_grid.numel() == 0) return {grad_input, grad_grid};
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    const auto go = nn::load<Acc>(op, grad_output);
-    const auto x = nn::load<Acc>(op, input);
-    const auto g = nn::load<Acc>(op, grid);
-    std::optional<nn::OutBuf<Acc>> gi;
-    if (want_input) gi.emplace(grad_input);
-    nn::OutBuf<Acc> gg(grad_grid);
-    // Images on the units: an image's grid points all scatter into its own input
-    // gradient, in point order, so the sums do not depend on the unit count.
-    cm::parallel_for(s.N, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n)
-        for (int64_t pt = 0; pt < s.points; ++pt) {
-          const int64_t q = n * s.points + pt;
-          const Source<Acc, K> p = source(g.data() + q * K, s, m);
-          point_backward(go.data() + n * s.C * s.points + pt, x.data() + n * s.image,
-                         gi ? gi->data() + n * s.image : nullptr, gg.data() + q * K, s, m, p);
-        }
+    // grad_input (zeros, queued above) is an undefined DeviceTensor when not wanted
+    cm::launch(grad_grid, [op, s, m, want_input, grad_output = cm::DeviceTensor(grad_output),
+                           input = cm::DeviceTensor(input), grid = cm::DeviceTensor(grid),
+                           grad_input = cm::DeviceTensor(grad_input),
+                           grad_grid = cm::DeviceTensor(grad_grid)] {
+      const auto go = nn::load<Acc>(op, grad_output);
+      const auto x = nn::load<Acc>(op, input);
+      const auto g = nn::load<Acc>(op, grid);
+      std::optional<nn::OutBuf<Acc>> gi;
+      if (want_input) gi.emplace(grad_input);
+      nn::OutBuf<Acc> gg(grad_grid);
+      // Images on the units: an image's grid points all scatter into its own input
+      // gradient, in point order, so the sums do not depend on the unit count.
+      cm::parallel_for(s.N, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t n = begin; n < end; ++n)
+          for (int64_t pt = 0; pt < s.points; ++pt) {
+            const int64_t q = n * s.points + pt;
+            const Source<Acc, K> p = source(g.data() + q * K, s, m);
+            point_backward(go.data() + n * s.C * s.points + pt, x.data() + n * s.image,
+                           gi ? gi->data() + n * s.image : nullptr, gg.data() + q * K, s, m, p);
+          }
+      });
+      if (gi) gi->finish(op);
+      gg.finish(op);
     });
-    if (gi) gi->finish(op);
-    gg.finish(op);
   });
   return {grad_input, grad_grid};
 }

@@ -3,6 +3,12 @@
 // Pure data movement is dispatched on the element *size* (1/2/4/8 bytes), not
 // the dtype, so it works for every acme dtype with four instantiations; ops
 // that do arithmetic (scatter_add, index_add, accumulate) dispatch on dtype.
+//
+// Host part / device part (common/device.h): index values are read by the
+// device part, which also checks them against the bounds (reported at the
+// next synchronize, as CUDA's device asserts). Ops whose output size depends
+// on data (nonzero, masked_select, indexing with a boolean mask) count on the
+// device and read the count on the host: one host wait per op.
 #include "common/common.h"
 
 #include "kernels.h"
@@ -47,6 +53,7 @@ at::Tensor index_as_long(const char* op, const at::Tensor& index, const char* wh
   return contiguous_as(op, index, at::kLong);
 }
 
+// Device part: an index value checked against the size (wrapping negatives).
 int64_t checked_index(const char* op, int64_t i, int64_t size) {
   ACME_CHECK_INDEX(i >= -size && i < size, op, "index ", i,
                    " is out of bounds for dimension with size ", size);
@@ -69,6 +76,22 @@ void split_at(const at::Tensor& t, int64_t dim, int64_t& A, int64_t& N, int64_t&
   }
 }
 
+// Device part: the value of the 0-dim tensor `v` (on the device or a CPU
+// scalar) as T, through the same Scalar as the host's v.item() (so the same
+// checked conversion Scalar::to<T> makes).
+template <class T>
+T value_on_device(const char* op, const DeviceTensor& v) {
+  at::Scalar s;
+  dispatch<kAll>(op, v.device(), v.scalar_type(), [&](auto tag) {
+    using V = ACME_T(tag);
+    const V x = *v.const_data_ptr<V>();
+    if constexpr (std::is_same_v<V, bool>) s = at::Scalar(x);
+    else if constexpr (is_floating_v<V>) s = at::Scalar(static_cast<double>(x));
+    else s = at::Scalar(static_cast<int64_t>(x));
+  });
+  return s.to<T>();
+}
+
 }  // namespace
 
 at::Tensor k_index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
@@ -83,51 +106,66 @@ at::Tensor k_index_select(const at::Tensor& self, int64_t dim, const at::Tensor&
   std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
   if (self.dim() > 0) shape[dim] = K;
   at::Tensor out = at::empty(shape, self.options());
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
-  for (int64_t k = 0; k < K; ++k)
-    ACME_CHECK_INDEX(ip[k] >= 0 && ip[k] < N, op, "index out of range in self (index ", ip[k],
-                     ", size ", N, ")");
   const int64_t row = B * static_cast<int64_t>(self.element_size());
-  const char* s = static_cast<const char*>(src.data_ptr());
-  char* o = static_cast<char*>(out.data_ptr());
-  for (int64_t a = 0; a < A; ++a)
+  launch(out, [op, A, N, K, row, idx = DeviceTensor(idx), src = DeviceTensor(src),
+               out = DeviceTensor(out)] {
+    const int64_t* ip = idx.const_data_ptr<int64_t>();
     for (int64_t k = 0; k < K; ++k)
-      std::memcpy(o + (a * K + k) * row, s + (a * N + ip[k]) * row, static_cast<size_t>(row));
+      ACME_CHECK_INDEX(ip[k] >= 0 && ip[k] < N, op, "index out of range in self (index ", ip[k],
+                       ", size ", N, ")");
+    const char* s = static_cast<const char*>(src.const_data_ptr());
+    char* o = static_cast<char*>(out.data_ptr());
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t k = 0; k < K; ++k)
+        std::memcpy(o + (a * K + k) * row, s + (a * N + ip[k]) * row, static_cast<size_t>(row));
+  });
   return out;
 }
 
 namespace {
 
-// Iterates over the positions of `index` (gather/scatter convention): calls
-// body(char* self_at_dim0, const int64_t idx, char* other) where self_at_dim0
-// points at self[..., 0 (along dim), ...] for that position.
-template <class F>
-void for_index_positions(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& idx,
-                         const at::Tensor* other, F&& body) {
+// Host part of the walk over the positions of `index` (gather/scatter
+// convention): an iterator over idx, self viewed with index's sizes and dim's
+// stride zeroed, and `other` (if given).
+StridedIter index_positions(const at::Tensor& self, int64_t dim, const at::Tensor& idx,
+                            const at::Tensor* other) {
   // self viewed with index's sizes and dim's stride zeroed
   std::vector<int64_t> sstr(self.strides().begin(), self.strides().end());
   if (self.dim() > 0) sstr[dim] = 0;
-  // a 0-dim self or other has no dims to walk: it broadcasts (sizes and strides empty)
-  auto sizes_of = [&](const at::Tensor& t) { return t.dim() == 0 ? at::IntArrayRef() : idx.sizes(); };
   StridedIter it(idx.sizes());
   it.add(idx);
-  it.add_strided(static_cast<char*>(self.data_ptr()), sizes_of(self),
-                 self.dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(sstr),
-                 static_cast<int64_t>(self.element_size()));
+  // a 0-dim self or other has no dims to walk: it broadcasts (sizes and strides empty)
+  if (self.dim() == 0) {
+    it.add(DeviceTensor(self));
+  } else {
+    it.add_strided(static_cast<char*>(self.data_ptr()), idx.sizes(), sstr,
+                   static_cast<int64_t>(self.element_size()));
+  }
   if (other) {
-    std::vector<int64_t> ostr(other->strides().begin(), other->strides().end());
-    it.add_strided(static_cast<char*>(other->data_ptr()), sizes_of(*other),
-                   other->dim() == 0 ? at::IntArrayRef() : at::IntArrayRef(ostr),
-                   static_cast<int64_t>(other->element_size()));
+    if (other->dim() == 0) {
+      it.add(DeviceTensor(*other));  // a CPU scalar's value travels with the iterator
+    } else {
+      std::vector<int64_t> ostr(other->strides().begin(), other->strides().end());
+      it.add_strided(static_cast<char*>(other->data_ptr()), idx.sizes(), ostr,
+                     static_cast<int64_t>(other->element_size()));
+    }
   }
   it.build(/*order_by_first=*/false);
-  const int64_t dsize = self.dim() == 0 ? 1 : self.size(dim);
+  return it;
+}
+
+// Device part of the walk: calls body(char* self_at_dim0, const int64_t idx,
+// char* other) where self_at_dim0 points at self[..., 0 (along dim), ...] for
+// that position; `dsize` is self's size along dim.
+template <class F>
+void for_index_positions(const char* op, const StridedIter& it, int64_t dim, int64_t dsize,
+                         bool has_other, F&& body) {
   it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = *reinterpret_cast<const int64_t*>(p[0] + i * s[0]);
       ACME_CHECK_INDEX(v >= 0 && v < dsize, op, "index ", v,
                        " is out of bounds for dimension ", dim, " with size ", dsize);
-      body(p[1] + i * s[1], v, other ? p[2] + i * s[2] : nullptr);
+      body(p[1] + i * s[1], v, has_other ? p[2] + i * s[2] : nullptr);
     }
   });
 }
@@ -159,12 +197,16 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   at::Tensor out = at::empty(index.sizes(), self.options());
   at::Tensor idx = index_as_long(op, index);
   const int64_t dstride = self.dim() == 0 ? 0 : self.stride(dim) * self.element_size();
+  const int64_t dsize = self.dim() == 0 ? 1 : self.size(dim);
+  const StridedIter it = index_positions(self, dim, idx, nullptr);
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
-    U* o = static_cast<U*>(out.data_ptr());
-    int64_t k = 0;  // out and idx are contiguous with the same shape
-    for_index_positions(op, self, dim, idx, nullptr, [&](char* s0, int64_t v, char*) {
-      o[k++] = *reinterpret_cast<const U*>(s0 + v * dstride);
+    launch(out, [op, it, dim, dsize, dstride, out = DeviceTensor(out)] {
+      U* o = out.data_ptr<U>();
+      int64_t k = 0;  // out and idx are contiguous with the same shape
+      for_index_positions(op, it, dim, dsize, false, [&](char* s0, int64_t v, char*) {
+        o[k++] = *reinterpret_cast<const U*>(s0 + v * dstride);
+      });
     });
   });
   return out;
@@ -195,21 +237,26 @@ at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, con
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
   const int64_t dstride = out.dim() == 0 ? 0 : out.stride(dim) * out.element_size();
+  const int64_t dsize = out.dim() == 0 ? 1 : out.size(dim);
+  const StridedIter it = index_positions(out, dim, idx, src);
+  const bool has_src = src != nullptr;
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     const T cv = value ? value->to<T>() : T();
-    for_index_positions(op, out, dim, idx, src, [&](char* o0, int64_t v, char* sp) {
-      T* dst = reinterpret_cast<T*>(o0 + v * dstride);
-      const T x = sp ? *reinterpret_cast<const T*>(sp) : cv;
-      if (mode == ScatterMode::Set) {
-        *dst = x;
-      } else if (mode == ScatterMode::Add) {
-        if constexpr (std::is_same_v<T, bool>) *dst = *dst || x;
-        else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) + static_cast<opmath_t<T>>(x));
-      } else {
-        if constexpr (std::is_same_v<T, bool>) *dst = *dst && x;
-        else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) * static_cast<opmath_t<T>>(x));
-      }
+    launch(out, [op, it, dim, dsize, dstride, has_src, cv, mode] {
+      for_index_positions(op, it, dim, dsize, has_src, [&](char* o0, int64_t v, char* sp) {
+        T* dst = reinterpret_cast<T*>(o0 + v * dstride);
+        const T x = sp ? *reinterpret_cast<const T*>(sp) : cv;
+        if (mode == ScatterMode::Set) {
+          *dst = x;
+        } else if (mode == ScatterMode::Add) {
+          if constexpr (std::is_same_v<T, bool>) *dst = *dst || x;
+          else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) + static_cast<opmath_t<T>>(x));
+        } else {
+          if constexpr (std::is_same_v<T, bool>) *dst = *dst && x;
+          else *dst = cvt<T>(static_cast<opmath_t<T>>(*dst) * static_cast<opmath_t<T>>(x));
+        }
+      });
     });
   });
   return out;
@@ -267,43 +314,47 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   at::Tensor idx = index_as_long(op, index);
   const int64_t dstride = out.dim() == 0 ? 0 : out.stride(dim) * out.element_size();
   const int64_t esz = out.element_size();
-  // per output element: number of scattered values (and whether it was touched)
-  std::vector<int64_t> count(static_cast<size_t>(out.numel()), include_self ? 1 : 0);
-  char* base = static_cast<char*>(out.data_ptr());
+  const int64_t dsize = out.dim() == 0 ? 1 : out.size(dim);
+  const StridedIter it = index_positions(out, dim, idx, &src);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    // accumulate in opmath (float for float16/bfloat16) and round once at the end
-    T* o = static_cast<T*>(out.data_ptr());
-    std::vector<M> acc(static_cast<size_t>(out.numel()));
-    for (int64_t i = 0; i < out.numel(); ++i) acc[i] = static_cast<M>(o[i]);
-    for_index_positions(op, out, dim, idx, &src, [&](char* o0, int64_t v, char* sp) {
-      const size_t at_ = static_cast<size_t>((o0 + v * dstride - base) / esz);
-      const M x = static_cast<M>(*reinterpret_cast<const T*>(sp));
-      int64_t& c = count[at_];
-      const M cur = acc[at_];
-      M r;
-      if (c == 0) {
-        r = x;  // the first value replaces self when include_self is false
-      } else {
-        switch (kind) {
-          case 0: case 2: r = cur + x; break;
-          case 1: r = cur * x; break;
-          case 3: r = (x > cur || x != x) ? x : cur; break;
-          default: r = (x < cur || x != x) ? x : cur; break;
+    launch(out, [op, it, dim, dsize, dstride, esz, kind, include_self, out = DeviceTensor(out)] {
+      // per output element: number of scattered values (and whether it was touched)
+      std::vector<int64_t> count(static_cast<size_t>(out.numel()), include_self ? 1 : 0);
+      char* base = static_cast<char*>(out.data_ptr());
+      // accumulate in opmath (float for float16/bfloat16) and round once at the end
+      T* o = out.data_ptr<T>();
+      std::vector<M> acc(static_cast<size_t>(out.numel()));
+      for (int64_t i = 0; i < out.numel(); ++i) acc[i] = static_cast<M>(o[i]);
+      for_index_positions(op, it, dim, dsize, true, [&](char* o0, int64_t v, char* sp) {
+        const size_t at_ = static_cast<size_t>((o0 + v * dstride - base) / esz);
+        const M x = static_cast<M>(*reinterpret_cast<const T*>(sp));
+        int64_t& c = count[at_];
+        const M cur = acc[at_];
+        M r;
+        if (c == 0) {
+          r = x;  // the first value replaces self when include_self is false
+        } else {
+          switch (kind) {
+            case 0: case 2: r = cur + x; break;
+            case 1: r = cur * x; break;
+            case 3: r = (x > cur || x != x) ? x : cur; break;
+            default: r = (x < cur || x != x) ? x : cur; break;
+          }
         }
+        ++c;
+        acc[at_] = r;
+      });
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        M r = acc[i];
+        if (kind == 2 && count[i] > 1) {
+          if constexpr (std::is_integral_v<M>) r = floor_divide_i(r, static_cast<M>(count[i]));
+          else r = static_cast<M>(cvt<T>(r)) / static_cast<M>(count[i]);  // torch divides the stored sum
+        }
+        o[i] = cvt<T>(r);
       }
-      ++c;
-      acc[at_] = r;
     });
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      M r = acc[i];
-      if (kind == 2 && count[i] > 1) {
-        if constexpr (std::is_integral_v<M>) r = floor_divide_i(r, static_cast<M>(count[i]));
-        else r = static_cast<M>(cvt<T>(r)) / static_cast<M>(count[i]);  // torch divides the stored sum
-      }
-      o[i] = cvt<T>(r);
-    }
   });
   return out;
 }
@@ -327,24 +378,27 @@ at::Tensor k_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
              "source of shape ", source.sizes(), " does not match index of ", K, " elements");
   ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(),
              " does not match self ", self.sizes(), " with ", K, " indices along dim ", dim);
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
     const M al = alpha.to<M>();
-    T* o = static_cast<T*>(out.data_ptr());
-    const T* s = static_cast<const T*>(src.data_ptr());
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t j = checked_index(op, ip[k], N);
-      for (int64_t a = 0; a < A; ++a) {
-        T* orow = o + (a * N + j) * B;
-        const T* srow = s + (a * K + k) * B;
-        for (int64_t b = 0; b < B; ++b) {
-          if constexpr (std::is_same_v<T, bool>) orow[b] = orow[b] || (al && srow[b]);
-          else orow[b] = cvt<T>(static_cast<M>(orow[b]) + al * static_cast<M>(srow[b]));
+    launch(out, [op, A, N, B, K, al, idx = DeviceTensor(idx), src = DeviceTensor(src),
+                 out = DeviceTensor(out)] {
+      const int64_t* ip = idx.const_data_ptr<int64_t>();
+      T* o = out.data_ptr<T>();
+      const T* s = src.const_data_ptr<T>();
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = checked_index(op, ip[k], N);
+        for (int64_t a = 0; a < A; ++a) {
+          T* orow = o + (a * N + j) * B;
+          const T* srow = s + (a * K + k) * B;
+          for (int64_t b = 0; b < B; ++b) {
+            if constexpr (std::is_same_v<T, bool>) orow[b] = orow[b] || (al && srow[b]);
+            else orow[b] = cvt<T>(static_cast<M>(orow[b]) + al * static_cast<M>(srow[b]));
+          }
         }
       }
-    }
+    });
   });
   return out;
 }
@@ -387,63 +441,67 @@ at::Tensor k_index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
   const int64_t K = idx.numel();
   ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(), " does not match self ",
              self.sizes(), " with ", K, " indices along dim ", dim);
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
-  for (int64_t k = 0; k < K; ++k) checked_index(op, ip[k], N);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    T* o = static_cast<T*>(out.data_ptr());
-    const T* sp = static_cast<const T*>(src.data_ptr());
-    std::vector<int64_t> counts(r == R::Mean ? static_cast<size_t>(N) : 0, include_self ? 1 : 0);
-    if (!include_self) {
-      M init = M(0);
-      if (r == R::Prod) init = M(1);
-      if (r == R::Amax)
-        init = std::numeric_limits<M>::has_infinity ? -std::numeric_limits<M>::infinity()
-                                                    : std::numeric_limits<M>::lowest();
-      if (r == R::Amin)
-        init = std::numeric_limits<M>::has_infinity ? std::numeric_limits<M>::infinity()
-                                                    : std::numeric_limits<M>::max();
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t j = checked_index(op, ip[k], N);
-        for (int64_t a = 0; a < A; ++a)
-          for (int64_t b = 0; b < B; ++b) o[(a * N + j) * B + b] = cvt<T>(init);
-      }
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t j = checked_index(op, ip[k], N);
-      if (r == R::Mean) ++counts[j];
-      for (int64_t a = 0; a < A; ++a) {
-        T* orow = o + (a * N + j) * B;
-        const T* srow = sp + (a * K + k) * B;
-        for (int64_t b = 0; b < B; ++b) {
-          const M x = static_cast<M>(orow[b]), y = static_cast<M>(srow[b]);
-          M v;
-          switch (r) {
-            case R::Prod: v = x * y; break;
-            case R::Mean: v = x + y; break;
-            case R::Amax: v = nan_of(y) ? y : std::max(x, y); break;
-            default: v = nan_of(y) ? y : std::min(x, y); break;
-          }
-          orow[b] = cvt<T>(v);
+    launch(out, [op, r, include_self, A, N, B, K, idx = DeviceTensor(idx), src = DeviceTensor(src),
+                 out = DeviceTensor(out)] {
+      const int64_t* ip = idx.const_data_ptr<int64_t>();
+      // every index is checked before anything is written
+      for (int64_t k = 0; k < K; ++k) checked_index(op, ip[k], N);
+      T* o = out.data_ptr<T>();
+      const T* sp = src.const_data_ptr<T>();
+      std::vector<int64_t> counts(r == R::Mean ? static_cast<size_t>(N) : 0, include_self ? 1 : 0);
+      if (!include_self) {
+        M init = M(0);
+        if (r == R::Prod) init = M(1);
+        if (r == R::Amax)
+          init = std::numeric_limits<M>::has_infinity ? -std::numeric_limits<M>::infinity()
+                                                      : std::numeric_limits<M>::lowest();
+        if (r == R::Amin)
+          init = std::numeric_limits<M>::has_infinity ? std::numeric_limits<M>::infinity()
+                                                      : std::numeric_limits<M>::max();
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t j = checked_index(op, ip[k], N);
+          for (int64_t a = 0; a < A; ++a)
+            for (int64_t b = 0; b < B; ++b) o[(a * N + j) * B + b] = cvt<T>(init);
         }
       }
-    }
-    if (r == R::Mean) {
-      for (int64_t j = 0; j < N; ++j) {
-        const int64_t c = counts[j] == 0 ? 1 : counts[j];
-        for (int64_t a = 0; a < A; ++a)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = checked_index(op, ip[k], N);
+        if (r == R::Mean) ++counts[j];
+        for (int64_t a = 0; a < A; ++a) {
+          T* orow = o + (a * N + j) * B;
+          const T* srow = sp + (a * K + k) * B;
           for (int64_t b = 0; b < B; ++b) {
-            T& e = o[(a * N + j) * B + b];
-            if constexpr (is_floating_v<T>) {
-              e = cvt<T>(static_cast<M>(e) / static_cast<M>(c));
-            } else {
-              const M q = static_cast<M>(e) / static_cast<M>(c), rem = static_cast<M>(e) % static_cast<M>(c);
-              e = static_cast<T>((rem != 0 && ((rem < 0) != (c < 0))) ? q - 1 : q);
+            const M x = static_cast<M>(orow[b]), y = static_cast<M>(srow[b]);
+            M v;
+            switch (r) {
+              case R::Prod: v = x * y; break;
+              case R::Mean: v = x + y; break;
+              case R::Amax: v = nan_of(y) ? y : std::max(x, y); break;
+              default: v = nan_of(y) ? y : std::min(x, y); break;
             }
+            orow[b] = cvt<T>(v);
           }
+        }
       }
-    }
+      if (r == R::Mean) {
+        for (int64_t j = 0; j < N; ++j) {
+          const int64_t c = counts[j] == 0 ? 1 : counts[j];
+          for (int64_t a = 0; a < A; ++a)
+            for (int64_t b = 0; b < B; ++b) {
+              T& e = o[(a * N + j) * B + b];
+              if constexpr (is_floating_v<T>) {
+                e = cvt<T>(static_cast<M>(e) / static_cast<M>(c));
+              } else {
+                const M q = static_cast<M>(e) / static_cast<M>(c), rem = static_cast<M>(e) % static_cast<M>(c);
+                e = static_cast<T>((rem != 0 && ((rem < 0) != (c < 0))) ? q - 1 : q);
+              }
+            }
+        }
+      }
+    });
   });
   return out;
 }
@@ -462,50 +520,66 @@ at::Tensor k_index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& i
   const int64_t K = idx.numel();
   ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(),
              " does not match self ", self.sizes(), " with ", K, " indices along dim ", dim);
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
   const int64_t row = B * static_cast<int64_t>(out.element_size());
-  char* o = static_cast<char*>(out.data_ptr());
-  const char* s = static_cast<const char*>(src.data_ptr());
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t j = checked_index(op, ip[k], N);
-    for (int64_t a = 0; a < A; ++a)
-      std::memcpy(o + (a * N + j) * row, s + (a * K + k) * row, static_cast<size_t>(row));
-  }
+  launch(out, [op, A, N, K, row, idx = DeviceTensor(idx), src = DeviceTensor(src),
+               out = DeviceTensor(out)] {
+    const int64_t* ip = idx.const_data_ptr<int64_t>();
+    char* o = static_cast<char*>(out.data_ptr());
+    const char* s = static_cast<const char*>(src.const_data_ptr());
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t j = checked_index(op, ip[k], N);
+      for (int64_t a = 0; a < A; ++a)
+        std::memcpy(o + (a * N + j) * row, s + (a * K + k) * row, static_cast<size_t>(row));
+    }
+  });
   return out;
 }
 
-at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                                   const at::Scalar& value) {
-  const char* op = "index_fill.int_Scalar";
+namespace {
+// index_fill with the value as a Scalar (converted on the host) or as a 0-dim
+// tensor `value_t` (read and converted by the device part: no host wait).
+at::Tensor index_fill_impl(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           const at::Scalar* value, const at::Tensor* value_t) {
   dim = wrap_dim(op, dim, self.dim());
   ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_fill_(): Expected dtype int64 for index");
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
   int64_t A, N, B;
   split_at(out, dim, A, N, B);
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
+  const DeviceTensor vt = value_t ? DeviceTensor(*value_t) : DeviceTensor();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T v = value.to<T>();
-    T* o = static_cast<T*>(out.data_ptr());
-    for (int64_t k = 0; k < idx.numel(); ++k) {
-      const int64_t j = checked_index(op, ip[k], N);
-      for (int64_t a = 0; a < A; ++a)
-        for (int64_t b = 0; b < B; ++b) o[(a * N + j) * B + b] = v;
-    }
+    const T hv = value ? value->to<T>() : T();
+    launch(out, [op, A, N, B, hv, vt, idx = DeviceTensor(idx), out = DeviceTensor(out)] {
+      const T v = vt.defined() ? value_on_device<T>(op, vt) : hv;
+      const int64_t* ip = idx.const_data_ptr<int64_t>();
+      T* o = out.data_ptr<T>();
+      for (int64_t k = 0; k < idx.numel(); ++k) {
+        const int64_t j = checked_index(op, ip[k], N);
+        for (int64_t a = 0; a < A; ++a)
+          for (int64_t b = 0; b < B; ++b) o[(a * N + j) * B + b] = v;
+      }
+    });
   });
   return out;
 }
+}  // namespace
 
-// The value is a 0-dim tensor (on the device or a CPU scalar): read once on
-// the host, then the Scalar kernel above.
+at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                   const at::Scalar& value) {
+  return index_fill_impl("index_fill.int_Scalar", self, dim, index, &value, nullptr);
+}
+
+// The value is a 0-dim tensor (on the device or a CPU scalar): read by the
+// device part, converted as value.item() would be. (Messages name the Scalar
+// overload, as before, when this called k_index_fill_int_Scalar.)
 at::Tensor k_index_fill_int_Tensor(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                    const at::Tensor& value) {
   const char* op = "index_fill.int_Tensor";
   ACME_CHECK_T(value.dim() == 0, op, value,
                "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
                value.dim(), " dimension(s).");
-  return k_index_fill_int_Scalar(self, dim, index, value.item());
+  return index_fill_impl("index_fill.int_Scalar", self, dim, index, nullptr, &value);
 }
 
 // ---- masked ops ----------------------------------------------------------------------
@@ -516,8 +590,10 @@ void check_mask(const char* op, const at::Tensor& mask) {
                dtype_name(mask.scalar_type()));
 }
 
+// The value is a Scalar (converted on the host) or a 0-dim tensor `value_t`
+// (read and converted by the device part, as value.item() would be: no host wait).
 at::Tensor masked_fill_impl(const char* op, const at::Tensor& self, const at::Tensor& mask,
-                            const at::Scalar& value) {
+                            const at::Scalar* value, const at::Tensor* value_t) {
   check_mask(op, mask);
   // self and mask broadcast together, as in torch's masked_fill (a mask larger
   // than self gives a larger result; the in-place form then refuses it)
@@ -528,17 +604,73 @@ at::Tensor masked_fill_impl(const char* op, const at::Tensor& self, const at::Te
   it.add(mask);
   it.add(self);
   it.build();
+  const DeviceTensor vt = value_t ? DeviceTensor(*value_t) : DeviceTensor();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T v = value.to<T>();
-    map2<T, bool, T>(it, [v](bool m, T x) { return m ? v : x; });
+    const T hv = value ? value->to<T>() : T();
+    launch(out, [op, it, hv, vt] {
+      const T v = vt.defined() ? value_on_device<T>(op, vt) : hv;
+      map2<T, bool, T>(it, [v](bool m, T x) { return m ? v : x; });
+    });
   });
   return out;
+}
+
+// Device part: counts[j] = the number of true elements of the contiguous bool
+// tensor bs[j].
+void launch_count_true(const at::Tensor& counts, std::vector<DeviceTensor> bs) {
+  launch(counts, [bs, counts = DeviceTensor(counts)] {
+    int64_t* c = counts.data_ptr<int64_t>();
+    for (size_t j = 0; j < bs.size(); ++j) {
+      const bool* p = bs[j].const_data_ptr<bool>();
+      int64_t n = 0;
+      for (int64_t i = 0; i < bs[j].numel(); ++i) n += p[i] ? 1 : 0;
+      c[j] = n;
+    }
+  });
+}
+
+// Device part of nonzero: the coordinates of the true elements of the
+// contiguous bool tensor b, row-major, into out [n, b.dim()] (int64).
+void launch_nonzero_fill(const at::Tensor& out, const at::Tensor& b) {
+  launch(out, [b = DeviceTensor(b), out = DeviceTensor(out)] {
+    const bool* p = b.const_data_ptr<bool>();
+    const int64_t nd = b.dim();
+    int64_t* o = out.data_ptr<int64_t>();
+    std::vector<int64_t> coord(static_cast<size_t>(nd), 0);
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      if (p[i]) {
+        for (int64_t d = 0; d < nd; ++d) *o++ = coord[d];
+      }
+      for (int64_t d = nd - 1; d >= 0; --d) {  // row-major increment
+        if (++coord[d] < b.size(d)) break;
+        coord[d] = 0;
+      }
+    }
+  });
+}
+
+// The number of true elements of each contiguous bool tensor of `bs`, on the
+// host: counted by the device, then read with one host wait for all of them
+// (none when they are all empty).
+std::vector<int64_t> count_true_on_host(const char* op, const std::vector<at::Tensor>& bs) {
+  std::vector<int64_t> n(bs.size(), 0);
+  std::vector<DeviceTensor> dbs;
+  int64_t total = 0;
+  for (const at::Tensor& b : bs) {
+    dbs.emplace_back(b);
+    total += b.numel();
+  }
+  if (bs.empty() || total == 0) return n;
+  at::Tensor counts = at::empty({static_cast<int64_t>(bs.size())}, bs[0].options().dtype(at::kLong));
+  launch_count_true(counts, std::move(dbs));
+  read_on_host(op, counts, counts.const_data_ptr(), n.data(), n.size());
+  return n;
 }
 }  // namespace
 
 at::Tensor k_masked_fill_Scalar(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
-  return masked_fill_impl("masked_fill.Scalar", self, mask, value);
+  return masked_fill_impl("masked_fill.Scalar", self, mask, &value, nullptr);
 }
 
 at::Tensor k_masked_fill_Tensor(const at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
@@ -546,7 +678,7 @@ at::Tensor k_masked_fill_Tensor(const at::Tensor& self, const at::Tensor& mask, 
   ACME_CHECK_T(value.dim() == 0, op, value,
                "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
                value.dim(), " dimension(s).");
-  return masked_fill_impl(op, self, mask, tensor_to_scalar(op, value));
+  return masked_fill_impl(op, self, mask, nullptr, &value);
 }
 
 at::Tensor k_masked_select(const at::Tensor& self, const at::Tensor& mask) {
@@ -558,17 +690,20 @@ at::Tensor k_masked_select(const at::Tensor& self, const at::Tensor& mask) {
   convert_into(op, m, mask);
   at::Tensor s = at::empty(shape, self.options());
   convert_into(op, s, self);
-  const bool* mp = static_cast<const bool*>(m.data_ptr());
-  int64_t n = 0;
-  for (int64_t i = 0; i < m.numel(); ++i) n += mp[i] ? 1 : 0;
+  // the output's length is the number of true elements: a host wait
+  const int64_t n = count_true_on_host(op, {m})[0];
   at::Tensor out = at::empty({n}, self.options());
+  if (n == 0) return out;
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
-    const U* sp = static_cast<const U*>(s.data_ptr());
-    U* o = static_cast<U*>(out.data_ptr());
-    int64_t k = 0;
-    for (int64_t i = 0; i < m.numel(); ++i)
-      if (mp[i]) o[k++] = sp[i];
+    launch(out, [m = DeviceTensor(m), s = DeviceTensor(s), out = DeviceTensor(out)] {
+      const bool* mp = m.const_data_ptr<bool>();
+      const U* sp = s.const_data_ptr<U>();
+      U* o = out.data_ptr<U>();
+      int64_t k = 0;
+      for (int64_t i = 0; i < m.numel(); ++i)
+        if (mp[i]) o[k++] = sp[i];
+    });
   });
   return out;
 }
@@ -586,17 +721,20 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
   at::Tensor m = at::empty(shape, mask.options());
   convert_into(op, m, mask);
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
-  const bool* mp = static_cast<const bool*>(m.data_ptr());
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
-    const U* sp = static_cast<const U*>(src.data_ptr());
-    U* o = static_cast<U*>(out.data_ptr());
-    int64_t k = 0;
-    for (int64_t i = 0; i < m.numel(); ++i) {
-      if (!mp[i]) continue;
-      ACME_CHECK(k < src.numel(), op, "Number of elements of source < number of ones in mask");
-      o[i] = sp[k++];
-    }
+    launch(out, [op, m = DeviceTensor(m), src = DeviceTensor(src), out = DeviceTensor(out)] {
+      const bool* mp = m.const_data_ptr<bool>();
+      const U* sp = src.const_data_ptr<U>();
+      U* o = out.data_ptr<U>();
+      int64_t k = 0;
+      for (int64_t i = 0; i < m.numel(); ++i) {
+        if (!mp[i]) continue;
+        // a check on the mask's values: reported at the next synchronize
+        ACME_CHECK(k < src.numel(), op, "Number of elements of source < number of ones in mask");
+        o[i] = sp[k++];
+      }
+    });
   });
   return out;
 }
@@ -604,22 +742,11 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
 at::Tensor k_nonzero(const at::Tensor& self) {
   const char* op = "nonzero";
   at::Tensor b = contiguous_as(op, self, at::kBool);
-  const bool* p = static_cast<const bool*>(b.data_ptr());
   const int64_t nd = self.dim();
-  int64_t n = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) n += p[i] ? 1 : 0;
+  // the output's length is the number of true elements: a host wait
+  const int64_t n = count_true_on_host(op, {b})[0];
   at::Tensor out = at::empty({n, nd}, self.options().dtype(at::kLong));
-  int64_t* o = static_cast<int64_t*>(out.data_ptr());
-  std::vector<int64_t> coord(static_cast<size_t>(nd), 0);
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    if (p[i]) {
-      for (int64_t d = 0; d < nd; ++d) *o++ = coord[d];
-    }
-    for (int64_t d = nd - 1; d >= 0; --d) {  // row-major increment
-      if (++coord[d] < self.size(d)) break;
-      coord[d] = 0;
-    }
-  }
+  if (out.numel() > 0) launch_nonzero_fill(out, b);
   return out;
 }
 
@@ -630,13 +757,15 @@ at::Tensor k_take(const at::Tensor& self, const at::Tensor& index) {
   at::Tensor idx = index_as_long(op, index);
   at::Tensor out = at::empty(index.sizes(), self.options());
   const int64_t n = self.numel();
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
   ACME_CHECK_INDEX(n > 0 || idx.numel() == 0, op, "cannot take from an empty tensor");
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
-    const U* sp = static_cast<const U*>(src.data_ptr());
-    U* o = static_cast<U*>(out.data_ptr());
-    for (int64_t i = 0; i < idx.numel(); ++i) o[i] = sp[checked_index(op, ip[i], n)];
+    launch(out, [op, n, idx = DeviceTensor(idx), src = DeviceTensor(src), out = DeviceTensor(out)] {
+      const int64_t* ip = idx.const_data_ptr<int64_t>();
+      const U* sp = src.const_data_ptr<U>();
+      U* o = out.data_ptr<U>();
+      for (int64_t i = 0; i < idx.numel(); ++i) o[i] = sp[checked_index(op, ip[i], n)];
+    });
   });
   return out;
 }
@@ -653,17 +782,20 @@ at::Tensor k_put(const at::Tensor& self, const at::Tensor& index, const at::Tens
   at::Tensor idx = index_as_long(op, index);
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
   const int64_t n = out.numel();
-  const int64_t* ip = static_cast<const int64_t*>(idx.data_ptr());
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
-    const T* s = static_cast<const T*>(src.data_ptr());
-    for (int64_t i = 0; i < idx.numel(); ++i) {
-      T& d = o[checked_index(op, ip[i], n)];
-      if (!accumulate) d = s[i];
-      else if constexpr (std::is_same_v<T, bool>) d = d || s[i];
-      else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(s[i]));
-    }
+    launch(out, [op, n, accumulate, idx = DeviceTensor(idx), src = DeviceTensor(src),
+                 out = DeviceTensor(out)] {
+      const int64_t* ip = idx.const_data_ptr<int64_t>();
+      T* o = out.data_ptr<T>();
+      const T* s = src.const_data_ptr<T>();
+      for (int64_t i = 0; i < idx.numel(); ++i) {
+        T& d = o[checked_index(op, ip[i], n)];
+        if (!accumulate) d = s[i];
+        else if constexpr (std::is_same_v<T, bool>) d = d || s[i];
+        else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(s[i]));
+      }
+    });
   });
   return out;
 }
@@ -675,13 +807,40 @@ at::Tensor k_put(const at::Tensor& self, const at::Tensor& index, const at::Tens
 // dims are adjacent the result is [dims before, I, dims after], otherwise
 // [I, all non-indexed dims]. Both are written as pre x I x post where every
 // element's source offset is pre_off + idx_off + post_off, computed once per
-// factor, so the inner loops are plain offset lookups.
+// factor, so the inner loops are plain offset lookups. pre_off and post_off
+// come from self's sizes and strides (host part); idx_off from the index
+// values, so the device part computes it (mid_offsets).
 
 namespace {
+// One index tensor, broadcast to shape I as contiguous int64, and the dim of
+// self it indexes.
+struct IndexOperand {
+  DeviceTensor e;
+  int64_t dim = 0, size = 0, stride = 0;  // self's dim, its size and stride
+};
+
 struct AdvIndex {
-  std::vector<int64_t> pre_off, mid_off, post_off;  // element offsets into self
+  std::vector<int64_t> pre_off, post_off;  // element offsets into self
+  std::vector<IndexOperand> index;         // read by the device part (mid_offsets)
+  int64_t ni = 1;                          // elements of I
   std::vector<int64_t> result_shape;
 };
+
+// Device part: the offsets (in elements) into self of every position of I,
+// each index value checked against its dim's size.
+std::vector<int64_t> mid_offsets(const char* op, const AdvIndex& p) {
+  std::vector<int64_t> mid_off(static_cast<size_t>(p.ni), 0);
+  for (const IndexOperand& x : p.index) {
+    const int64_t* ep = x.e.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < p.ni; ++i) {
+      ACME_CHECK_INDEX(ep[i] >= -x.size && ep[i] < x.size, op, "index ", ep[i],
+                       " is out of bounds for dimension ", x.dim, " with size ", x.size);
+      const int64_t v = ep[i] < 0 ? ep[i] + x.size : ep[i];
+      mid_off[i] += v * x.stride;
+    }
+  }
+  return mid_off;
+}
 
 // Offsets (in elements) of every position of the given dims of self, row-major.
 std::vector<int64_t> dim_offsets(const at::Tensor& self, const std::vector<int64_t>& dims) {
@@ -696,9 +855,16 @@ std::vector<int64_t> dim_offsets(const at::Tensor& self, const std::vector<int64
   return offs;
 }
 
-AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+// `keep` receives the broadcast index tensors AdvIndex::index describes: the
+// caller holds them until it has queued the device part that reads them (so
+// their memory is not handed to a tensor allocated in between).
+AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                    std::vector<at::Tensor>& keep) {
   // 1. expand bool/uint8 masks into one long index per masked dim
   std::vector<at::Tensor> idx;  // per self dim; undefined = full slice
+  // masks (as contiguous bool) and where their columns go in idx, filled in below
+  std::vector<at::Tensor> masks;
+  std::vector<size_t> mask_pos;
   for (size_t k = 0; k < indices.size(); ++k) {
     std::optional<at::Tensor> t = indices.get(k);
     if (!t.has_value() || !t->defined()) {
@@ -713,18 +879,27 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
         ACME_CHECK_INDEX(t->size(d) == self.size(start + d), op, "The shape of the mask ", t->sizes(),
                          " at index ", d, " does not match the shape of the indexed tensor ",
                          self.sizes(), " at index ", start + d);
-      at::Tensor nz = k_nonzero(*t);  // [n, t.dim()]
-      for (int64_t d = 0; d < t->dim(); ++d) {
-        at::Tensor col = at::empty({nz.size(0)}, nz.options());
-        const int64_t* np = static_cast<const int64_t*>(nz.data_ptr());
-        int64_t* cp = static_cast<int64_t*>(col.data_ptr());
-        for (int64_t r = 0; r < nz.size(0); ++r) cp[r] = np[r * t->dim() + d];
-        idx.push_back(col);
+      if (t->dim() > 0) {  // a 0-dim mask gives no index column
+        masks.push_back(contiguous_as("nonzero", *t, at::kBool));
+        mask_pos.push_back(idx.size());
+        idx.resize(idx.size() + static_cast<size_t>(t->dim()));
       }
     } else {
       ACME_CHECK_T(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, op, *t,
                    "tensors used as indices must be long, int, byte or bool tensors");
       idx.push_back(*t);
+    }
+  }
+  // The masks' nonzero coordinates [n, mask.dim()]: their counts decide the
+  // result's shape, so they are read by the host (one wait for all masks); the
+  // coordinates are written by the device, and column d indexes dim start + d.
+  if (!masks.empty()) {
+    const std::vector<int64_t> counts = count_true_on_host(op, masks);
+    for (size_t j = 0; j < masks.size(); ++j) {
+      const at::Tensor& b = masks[j];
+      at::Tensor nz = at::empty({counts[j], b.dim()}, b.options().dtype(at::kLong));
+      if (nz.numel() > 0) launch_nonzero_fill(nz, b);
+      for (int64_t d = 0; d < b.dim(); ++d) idx[mask_pos[j] + static_cast<size_t>(d)] = nz.select(1, d);
     }
   }
   ACME_CHECK_INDEX(static_cast<int64_t>(idx.size()) <= self.dim(), op, "too many indices for tensor of dimension ",
@@ -757,18 +932,13 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
   int64_t ni = 1;
   for (int64_t s : ishape) ni *= s;
   AdvIndex r;
-  r.mid_off.assign(static_cast<size_t>(ni), 0);
+  r.ni = ni;
   for (size_t k = 0; k < defined.size(); ++k) {
     at::Tensor e = at::empty(ishape, defined[k]->options().dtype(at::kLong));
     convert_into(op, e, *defined[k]);  // broadcast + int64
-    const int64_t* ep = static_cast<const int64_t*>(e.data_ptr());
     const int64_t d = idims[k];
-    for (int64_t i = 0; i < ni; ++i) {
-      ACME_CHECK_INDEX(ep[i] >= -self.size(d) && ep[i] < self.size(d), op, "index ", ep[i],
-                       " is out of bounds for dimension ", d, " with size ", self.size(d));
-      const int64_t v = ep[i] < 0 ? ep[i] + self.size(d) : ep[i];
-      r.mid_off[i] += v * self.stride(d);
-    }
+    r.index.push_back(IndexOperand{DeviceTensor(e), d, self.size(d), self.stride(d)});
+    keep.push_back(e);
   }
   // 3. adjacency decides where the index dims go in the result
   bool adjacent = true;
@@ -790,16 +960,20 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
 
 at::Tensor k_index_Tensor(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   const char* op = "index.Tensor";
-  AdvIndex p = plan_index(op, self, indices);
+  std::vector<at::Tensor> keep;
+  AdvIndex p = plan_index(op, self, indices, keep);
   at::Tensor out = at::empty(p.result_shape, self.options());
   by_elsize(op, self.element_size(), [&](auto tag) {
     using U = ACME_T(tag);
-    const U* s = static_cast<const U*>(self.data_ptr());
-    U* o = static_cast<U*>(out.data_ptr());
-    int64_t k = 0;
-    for (int64_t a : p.pre_off)
-      for (int64_t m : p.mid_off)
-        for (int64_t b : p.post_off) o[k++] = s[a + m + b];
+    launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out)] {
+      const std::vector<int64_t> mid_off = mid_offsets(op, p);
+      const U* s = self.const_data_ptr<U>();
+      U* o = out.data_ptr<U>();
+      int64_t k = 0;
+      for (int64_t a : p.pre_off)
+        for (int64_t m : mid_off)
+          for (int64_t b : p.post_off) o[k++] = s[a + m + b];
+    });
   });
   return out;
 }
@@ -818,7 +992,8 @@ void index_put_into(const char* op, const at::Tensor& self,
                "unsupported operation: some elements of the input tensor and the written-to tensor "
                "refer to a single memory location. Please clone() the tensor before performing the "
                "operation.");
-  AdvIndex p = plan_index(op, self, indices);
+  std::vector<at::Tensor> keep;
+  AdvIndex p = plan_index(op, self, indices, keep);
   // a fresh copy of values at the result's shape: also safe when values aliases self
   at::Tensor v = at::empty(p.result_shape, self.options());
   {
@@ -830,18 +1005,21 @@ void index_put_into(const char* op, const at::Tensor& self,
   convert_into(op, v, values);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(self.data_ptr());
-    const T* vp = static_cast<const T*>(v.data_ptr());
-    int64_t k = 0;
-    for (int64_t a : p.pre_off)
-      for (int64_t m : p.mid_off)
-        for (int64_t b : p.post_off) {
-          T& d = o[a + m + b];
-          const T x = vp[k++];
-          if (!accumulate) d = x;
-          else if constexpr (std::is_same_v<T, bool>) d = d || x;
-          else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(x));
-        }
+    launch(self, [op, p, accumulate, self = DeviceTensor(self), v = DeviceTensor(v)] {
+      const std::vector<int64_t> mid_off = mid_offsets(op, p);
+      T* o = self.data_ptr<T>();
+      const T* vp = v.const_data_ptr<T>();
+      int64_t k = 0;
+      for (int64_t a : p.pre_off)
+        for (int64_t m : mid_off)
+          for (int64_t b : p.post_off) {
+            T& d = o[a + m + b];
+            const T x = vp[k++];
+            if (!accumulate) d = x;
+            else if constexpr (std::is_same_v<T, bool>) d = d || x;
+            else d = cvt<T>(static_cast<opmath_t<T>>(d) + static_cast<opmath_t<T>>(x));
+          }
+    });
   });
 }
 }  // namespace

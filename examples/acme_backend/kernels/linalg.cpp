@@ -24,15 +24,15 @@ using nn::Dense;
 using nn::Mat;
 
 // Matrix view of a 2-d tensor (or of batch `b` of a 3-d one) in compute type
-// Acc. Same-dtype tensors are viewed in place; others are densified into
-// `keep` once per call (keep is shared by all batches).
+// Acc, in a kernel's device part. Same-dtype tensors are viewed in place;
+// others are densified into `keep` once per call (keep is shared by all batches).
 template <class Acc>
 struct MatSource {
   const Acc* base = nullptr;
   int64_t bs = 0, rs = 0, cs = 0, rows = 0, cols = 0;
   Dense<Acc> keep;
 
-  MatSource(const char* op, const at::Tensor& t) {
+  MatSource(const char* op, const cm::DeviceTensor& t) {
     const int64_t d = t.dim();
     rows = t.size(d - 2);
     cols = t.size(d - 1);
@@ -73,18 +73,22 @@ void matmul_into(const char* op, const at::Tensor& a, const at::Tensor& m2,
   const int64_t m = a.size(-2), n = m2.size(-1);
   const std::vector<int64_t> shape = matmul_shape(a, m2);
   if (out.numel() == 0) return;
+  const bool use_bias = bias != nullptr && bias->defined() && beta != 0.0;
   nn::dispatch_compute(op, a, [&](auto tag) {
     using Acc = ACME_T(tag);
-    MatSource<Acc> sa(op, a), sb(op, m2);
-    nn::OutBuf<Acc> ob(out);
-    Acc* c = ob.data();
-    const bool use_bias = bias != nullptr && bias->defined() && beta != 0.0;
-    if (use_bias) nn::load_into<Acc>(op, *bias, shape, c);
-    for (int64_t b = 0; b < B; ++b) {
-      nn::gemm<Acc>(op, sa.at(b), sb.at(b), static_cast<Acc>(alpha),
-                    use_bias ? static_cast<Acc>(beta) : Acc(0), c + b * m * n, n);
-    }
-    ob.finish(op);
+    cm::launch(out, [op, B, m, n, shape, use_bias, beta, alpha, a = cm::DeviceTensor(a),
+                     m2 = cm::DeviceTensor(m2), out = cm::DeviceTensor(out),
+                     bias = use_bias ? cm::DeviceTensor(*bias) : cm::DeviceTensor()] {
+      MatSource<Acc> sa(op, a), sb(op, m2);
+      nn::OutBuf<Acc> ob(out);
+      Acc* c = ob.data();
+      if (use_bias) nn::load_into<Acc>(op, bias, shape, c);
+      for (int64_t b = 0; b < B; ++b) {
+        nn::gemm<Acc>(op, sa.at(b), sb.at(b), static_cast<Acc>(alpha),
+                      use_bias ? static_cast<Acc>(beta) : Acc(0), c + b * m * n, n);
+      }
+      ob.finish(op);
+    });
   });
 }
 
@@ -278,8 +282,9 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
   cm::StridedIter it(out.sizes());
   it.add(out);
   it.add(s);
+  // vec1 as a column: its address with strides (stride(0), 0), no data read
   const int64_t m_sizes[2] = {m, 1}, m_strides[2] = {a.stride(0), 0};
-  it.add_strided(static_cast<char*>(const_cast<void*>(a.data_ptr())), m_sizes, m_strides,
+  it.add_strided(static_cast<char*>(const_cast<void*>(a.const_data_ptr())), m_sizes, m_strides,
                  static_cast<int64_t>(a.element_size()));
   it.add(b);
   it.build();
@@ -287,17 +292,21 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
     using T = ACME_T(tag);
     if constexpr (std::is_same_v<T, bool>) {
       const bool bt = beta.to<bool>(), al = alpha.to<bool>();
-      cm::map3<bool, bool, bool, bool>(it, [=](bool x, bool u, bool v) { return (bt && x) || (al && u && v); });
+      cm::launch(out, [it, bt, al] {
+        cm::map3<bool, bool, bool, bool>(it, [=](bool x, bool u, bool v) { return (bt && x) || (al && u && v); });
+      });
     } else {
       using M = cm::opmath_t<T>;
       const M bt = beta.to<M>(), al = alpha.to<M>();
-      if (bt == M(0)) {
-        cm::map3<T, T, T, T>(it, [=](T, T u, T v) { return al * static_cast<M>(u) * static_cast<M>(v); });
-      } else {
-        cm::map3<T, T, T, T>(it, [=](T x, T u, T v) {
-          return bt * static_cast<M>(x) + al * static_cast<M>(u) * static_cast<M>(v);
-        });
-      }
+      cm::launch(out, [it, bt, al] {
+        if (bt == M(0)) {
+          cm::map3<T, T, T, T>(it, [=](T, T u, T v) { return al * static_cast<M>(u) * static_cast<M>(v); });
+        } else {
+          cm::map3<T, T, T, T>(it, [=](T x, T u, T v) {
+            return bt * static_cast<M>(x) + al * static_cast<M>(u) * static_cast<M>(v);
+          });
+        }
+      });
     }
   });
   return out;
@@ -313,20 +322,24 @@ at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, batch1, [&](auto tag) {
     using Acc = ACME_T(tag);
-    MatSource<Acc> sa(op, batch1), sb(op, batch2);
-    nn::OutBuf<Acc> ob(out);
-    Acc* c = ob.data();
-    const bool use_bias = b != 0.0;
-    if (use_bias) {
-      nn::load_into<Acc>(op, self, {m, n}, c);
-      for (int64_t i = 0; i < m * n; ++i) c[i] *= static_cast<Acc>(b);
-    } else {
-      std::fill(c, c + m * n, Acc(0));
-    }
-    // sum of products accumulates in C (beta 1 after the bias)
-    for (int64_t k = 0; k < B; ++k)
-      nn::gemm<Acc>(op, sa.at(k), sb.at(k), static_cast<Acc>(a), Acc(1), c, n);
-    ob.finish(op);
+    cm::launch(out, [op, B, m, n, a, b, self = cm::DeviceTensor(self),
+                     batch1 = cm::DeviceTensor(batch1), batch2 = cm::DeviceTensor(batch2),
+                     out = cm::DeviceTensor(out)] {
+      MatSource<Acc> sa(op, batch1), sb(op, batch2);
+      nn::OutBuf<Acc> ob(out);
+      Acc* c = ob.data();
+      const bool use_bias = b != 0.0;
+      if (use_bias) {
+        nn::load_into<Acc>(op, self, {m, n}, c);
+        for (int64_t i = 0; i < m * n; ++i) c[i] *= static_cast<Acc>(b);
+      } else {
+        std::fill(c, c + m * n, Acc(0));
+      }
+      // sum of products accumulates in C (beta 1 after the bias)
+      for (int64_t k = 0; k < B; ++k)
+        nn::gemm<Acc>(op, sa.at(k), sb.at(k), static_cast<Acc>(a), Acc(1), c, n);
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -347,6 +360,9 @@ at::Tensor k__addmm_activation(const at::Tensor& self, const at::Tensor& mat1,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, mat1, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(out, [op, m, n, a, b, use_gelu, self = cm::DeviceTensor(self),
+                     mat1 = cm::DeviceTensor(mat1), mat2 = cm::DeviceTensor(mat2),
+                     out = cm::DeviceTensor(out)] {
     MatSource<Acc> sa(op, mat1), sb(op, mat2);
     nn::OutBuf<Acc> ob(out);
     Acc* c = ob.data();
@@ -360,6 +376,7 @@ at::Tensor k__addmm_activation(const at::Tensor& self, const at::Tensor& mat1,
       for (int64_t i = 0; i < m * n; ++i) c[i] = c[i] > Acc(0) ? c[i] : (std::isnan(c[i]) ? c[i] : Acc(0));
     }
     ob.finish(op);
+    });
   });
   return out;
 }
@@ -390,6 +407,8 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
   for (int64_t d = dim + 1; d < nd; ++d) inner *= shape[d];
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(out, [op, shape, outer, inner, self = cm::DeviceTensor(self),
+                     other = cm::DeviceTensor(other), out = cm::DeviceTensor(out)] {
     auto a = nn::load<Acc>(op, self, shape);
     auto b = nn::load<Acc>(op, other, shape);
     nn::OutBuf<Acc> ob(out);
@@ -406,6 +425,7 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
         z[2 * inner] = x0 * y1 - x1 * y0;
       }
     ob.finish(op);
+    });
   });
   return out;
 }

@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/device.h"
+#include "common/iter.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 
@@ -34,17 +36,29 @@ void check_reduction(const char* op, int64_t reduction) {
              "or 2 (sum), got ", reduction);
 }
 
-// Dense int64 view of an index tensor.
+// Dense int64 view of an index tensor: the host part checks it and makes it
+// contiguous (long_input, a queued copy when strided), the device part reads it
+// (load_long).
 struct Longs {
-  at::Tensor keep;
   const int64_t* p = nullptr;
 };
-Longs load_long(const char* op, const at::Tensor& t, const char* arg) {
+at::Tensor long_input(const char* op, const at::Tensor& t, const char* arg) {
   ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, arg, " must be int64");
+  return t.is_contiguous() ? t : t.contiguous();
+}
+Longs load_long(const cm::DeviceTensor& t) {
   Longs l;
-  l.keep = t.is_contiguous() ? t : t.contiguous();
-  l.p = l.keep.numel() ? l.keep.const_data_ptr<int64_t>() : nullptr;
+  l.p = t.numel() ? t.const_data_ptr<int64_t>() : nullptr;
   return l;
+}
+
+// The shape checks nn::load<Acc>(op, t, shape) makes (the same errors), done in
+// the host part: the load itself runs in the device part. A tensor of the shape
+// itself always loads.
+void check_loadable(const at::Tensor& t, c10::IntArrayRef shape) {
+  if (!t.defined() || t.sizes().equals(shape)) return;
+  cm::StridedIter it(shape);
+  it.add(t);
 }
 
 std::vector<int64_t> bcast(at::IntArrayRef a, at::IntArrayRef b) {
@@ -60,47 +74,78 @@ std::vector<int64_t> bcast(at::IntArrayRef a, at::IntArrayRef b) {
 }
 
 // ---- elementwise losses ---------------------------------------------------------
-// f(x, y, i) -> loss of element i; df(x, y, i) -> d loss / dx of element i.
-// Extra per-element factors (weights) are captured by the functors.
+// f(x, y, i, wp, pwp) -> loss of element i; df(x, y, i, wp, pwp) -> d loss / dx of
+// element i. The functors travel to the device part (they hold values only); the
+// extra per-element factors (weight, pos_weight, broadcast to the loss shape) are
+// loaded there and passed as wp and pwp (null when absent).
 
 template <class Acc, class F>
 at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Tensor& target,
-                            int64_t reduction, const std::vector<int64_t>& shape, F f) {
+                            int64_t reduction, const std::vector<int64_t>& shape, F f,
+                            const at::Tensor& weight = at::Tensor(),
+                            const at::Tensor& pos_weight = at::Tensor()) {
   at::Tensor out = reduction == kNone ? at::empty(shape, self.options())
                                       : at::empty({}, self.options());
-  auto x = nn::load<Acc>(op, self, shape);
-  auto y = nn::load<Acc>(op, target, shape);
+  check_loadable(weight, shape);
+  check_loadable(pos_weight, shape);
+  check_loadable(self, shape);
+  check_loadable(target, shape);
   const int64_t n = nn::shape_numel(shape);
-  if (reduction == kNone) {
-    if (n == 0) return out;
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t i = 0; i < n; ++i) ob.data()[i] = f(x.data()[i], y.data()[i], i);
-    ob.finish(op);
-  } else {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += f(x.data()[i], y.data()[i], i);
-    // mean of nothing is NaN, as in PyTorch
-    Acc v = static_cast<Acc>(reduction == kMean ? s / static_cast<double>(n) : s);
-    nn::store<Acc>(op, &v, out);
-  }
+  if (reduction == kNone && n == 0) return out;
+  // the reduced value is written into the 0-dim `out` on the device: no host wait
+  cm::launch(out, [op, reduction, shape, n, f, self = cm::DeviceTensor(self),
+                   target = cm::DeviceTensor(target), weight = cm::DeviceTensor(weight),
+                   pos_weight = cm::DeviceTensor(pos_weight), out = cm::DeviceTensor(out)] {
+    nn::Dense<Acc> w, pw;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+    if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
+    const Acc* wp = w.data();
+    const Acc* pwp = pw.data();
+    auto x = nn::load<Acc>(op, self, shape);
+    auto y = nn::load<Acc>(op, target, shape);
+    if (reduction == kNone) {
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t i = 0; i < n; ++i) ob.data()[i] = f(x.data()[i], y.data()[i], i, wp, pwp);
+      ob.finish(op);
+    } else {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += f(x.data()[i], y.data()[i], i, wp, pwp);
+      // mean of nothing is NaN, as in PyTorch
+      Acc v = static_cast<Acc>(reduction == kMean ? s / static_cast<double>(n) : s);
+      nn::store<Acc>(op, &v, out);
+    }
+  });
   return out;
 }
 
 template <class Acc, class F>
 at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_output,
                                      const at::Tensor& self, const at::Tensor& target,
-                                     int64_t reduction, F df) {
+                                     int64_t reduction, F df,
+                                     const at::Tensor& weight = at::Tensor()) {
   const auto shape = self.sizes().vec();
+  check_loadable(weight, shape);
   at::Tensor gi = at::empty(shape, self.options());
   const int64_t n = self.numel();
   if (n == 0) return gi;
-  auto x = nn::load<Acc>(op, self);
-  auto y = nn::load<Acc>(op, target, shape);
-  auto g = nn::load<Acc>(op, grad_output, shape);
-  const Acc norm = reduction == kMean ? Acc(1) / static_cast<Acc>(n) : Acc(1);
-  nn::OutBuf<Acc> ob(gi);
-  for (int64_t i = 0; i < n; ++i) ob.data()[i] = norm * g.data()[i] * df(x.data()[i], y.data()[i], i);
-  ob.finish(op);
+  check_loadable(target, shape);
+  check_loadable(grad_output, shape);
+  cm::launch(gi, [op, reduction, shape, n, df, grad_output = cm::DeviceTensor(grad_output),
+                  self = cm::DeviceTensor(self), target = cm::DeviceTensor(target),
+                  weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi)] {
+    nn::Dense<Acc> w;
+    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+    const Acc* wp = w.data();
+    const Acc* pwp = nullptr;
+    auto x = nn::load<Acc>(op, self);
+    auto y = nn::load<Acc>(op, target, shape);
+    auto g = nn::load<Acc>(op, grad_output, shape);
+    const Acc norm = reduction == kMean ? Acc(1) / static_cast<Acc>(n) : Acc(1);
+    nn::OutBuf<Acc> ob(gi);
+    for (int64_t i = 0; i < n; ++i)
+      ob.data()[i] = norm * g.data()[i] * df(x.data()[i], y.data()[i], i, wp, pwp);
+    ob.finish(op);
+  });
   return gi;
 }
 
@@ -169,34 +214,41 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
     out = at::empty({}, self.options());
   }
   at::Tensor total_weight = at::empty({}, self.options());
+  const at::Tensor target_c = long_input(op, target, "target");
+  check_loadable(weight, {sh.C});
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    auto t = load_long(op, target, "target");
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
-    std::vector<Acc> per(static_cast<size_t>(sh.N * sh.S), Acc(0));
-    double sum = 0, tw = 0;
-    for (int64_t n = 0; n < sh.N; ++n)
-      for (int64_t s = 0; s < sh.S; ++s) {
-        const int64_t cls = t.p[n * sh.S + s];
-        if (cls == ignore_index) continue;
-        ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
-        const Acc wc = w.data() ? w.data()[cls] : Acc(1);
-        const Acc v = -x.data()[(n * sh.C + cls) * sh.S + s] * wc;
-        per[n * sh.S + s] = v;
-        sum += v;
-        tw += wc;
+    // the loss and total_weight are written on the device: no host wait
+    cm::launch(out, [op, sh, reduction, ignore_index, two_d, self = cm::DeviceTensor(self),
+                     target = cm::DeviceTensor(target_c), weight = cm::DeviceTensor(weight),
+                     out = cm::DeviceTensor(out), total_weight = cm::DeviceTensor(total_weight)] {
+      auto x = nn::load<Acc>(op, self);
+      auto t = load_long(target);
+      nn::Dense<Acc> w;
+      if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
+      std::vector<Acc> per(static_cast<size_t>(sh.N * sh.S), Acc(0));
+      double sum = 0, tw = 0;
+      for (int64_t n = 0; n < sh.N; ++n)
+        for (int64_t s = 0; s < sh.S; ++s) {
+          const int64_t cls = t.p[n * sh.S + s];
+          if (cls == ignore_index) continue;
+          ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+          const Acc wc = w.data() ? w.data()[cls] : Acc(1);
+          const Acc v = -x.data()[(n * sh.C + cls) * sh.S + s] * wc;
+          per[n * sh.S + s] = v;
+          sum += v;
+          tw += wc;
+        }
+      // PyTorch reports total_weight 0 for unreduced batched input only.
+      Acc twv = (reduction == kNone && (two_d || self.dim() == 2)) ? Acc(0) : static_cast<Acc>(tw);
+      nn::store<Acc>(op, &twv, total_weight);
+      if (reduction == kNone) {
+        nn::store<Acc>(op, per.data(), out);
+      } else {
+        Acc v = static_cast<Acc>(reduction == kMean ? sum / tw : sum);
+        nn::store<Acc>(op, &v, out);
       }
-    // PyTorch reports total_weight 0 for unreduced batched input only.
-    Acc twv = (reduction == kNone && (two_d || self.dim() == 2)) ? Acc(0) : static_cast<Acc>(tw);
-    nn::store<Acc>(op, &twv, total_weight);
-    if (reduction == kNone) {
-      nn::store<Acc>(op, per.data(), out);
-    } else {
-      Acc v = static_cast<Acc>(reduction == kMean ? sum / tw : sum);
-      nn::store<Acc>(op, &v, out);
-    }
+    });
   });
   return {out, total_weight};
 }
@@ -219,29 +271,38 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
   }
   at::Tensor gi = at::empty(self.sizes(), self.options());
   if (gi.numel() == 0) return gi;
+  const at::Tensor target_c = long_input(op, target, "target");
+  check_loadable(weight, {sh.C});
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto t = load_long(op, target, "target");
-    auto g = nn::load<Acc>(op, grad_output);
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
-    Acc scale = Acc(1);
-    if (reduction == kMean) {
-      auto tw = nn::load<Acc>(op, total_weight);
-      scale = Acc(1) / tw.data()[0];
-    }
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t n = 0; n < sh.N; ++n)
-      for (int64_t s = 0; s < sh.S; ++s) {
-        const int64_t cls = t.p[n * sh.S + s];
-        if (cls == ignore_index) continue;
-        ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
-        const Acc wc = w.data() ? w.data()[cls] : Acc(1);
-        const Acc gv = reduction == kNone ? g.data()[n * sh.S + s] : g.data()[0];
-        ob.data()[(n * sh.C + cls) * sh.S + s] = -wc * gv * scale;
+    // total_weight is read by the device part (only for the mean): no host wait
+    cm::launch(gi, [op, sh, reduction, ignore_index, target = cm::DeviceTensor(target_c),
+                    grad_output = cm::DeviceTensor(grad_output), weight = cm::DeviceTensor(weight),
+                    total_weight = reduction == kMean ? cm::DeviceTensor(total_weight)
+                                                      : cm::DeviceTensor(),
+                    gi = cm::DeviceTensor(gi)] {
+      auto t = load_long(target);
+      auto g = nn::load<Acc>(op, grad_output);
+      nn::Dense<Acc> w;
+      if (weight.defined()) w = nn::load<Acc>(op, weight, {sh.C});
+      Acc scale = Acc(1);
+      if (reduction == kMean) {
+        auto tw = nn::load<Acc>(op, total_weight);
+        scale = Acc(1) / tw.data()[0];
       }
-    ob.finish(op);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t n = 0; n < sh.N; ++n)
+        for (int64_t s = 0; s < sh.S; ++s) {
+          const int64_t cls = t.p[n * sh.S + s];
+          if (cls == ignore_index) continue;
+          ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+          const Acc wc = w.data() ? w.data()[cls] : Acc(1);
+          const Acc gv = reduction == kNone ? g.data()[n * sh.S + s] : g.data()[0];
+          ob.data()[(n * sh.C + cls) * sh.S + s] = -wc * gv * scale;
+        }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -287,10 +348,11 @@ at::Tensor k_mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t 
   at::Tensor out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [](Acc x, Acc y, int64_t) {
-      const Acc d = x - y;
-      return d * d;
-    });
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
+                                [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
+                                  const Acc d = x - y;
+                                  return d * d;
+                                });
   });
   return out;
 }
@@ -303,7 +365,9 @@ at::Tensor k_mse_loss_backward(const at::Tensor& grad_output, const at::Tensor& 
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [](Acc x, Acc y, int64_t) { return Acc(2) * (x - y); });
+                                        [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
+                                          return Acc(2) * (x - y);
+                                        });
   });
   return gi;
 }
@@ -320,10 +384,11 @@ at::Tensor k_smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, in
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     const Acc b = static_cast<Acc>(beta);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [b](Acc x, Acc y, int64_t) {
-      const Acc z = std::abs(x - y);
-      return z < b ? Acc(0.5) * z * z / b : z - Acc(0.5) * b;
-    });
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
+                                [b](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
+                                  const Acc z = std::abs(x - y);
+                                  return z < b ? Acc(0.5) * z * z / b : z - Acc(0.5) * b;
+                                });
   });
   return out;
 }
@@ -337,7 +402,7 @@ at::Tensor k_smooth_l1_loss_backward(const at::Tensor& grad_output, const at::Te
     using Acc = ACME_T(tag);
     const Acc b = static_cast<Acc>(beta);
     gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [b](Acc x, Acc y, int64_t) {
+                                        [b](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
                                           const Acc d = x - y;
                                           return std::abs(d) < b ? d / b : sgn(d);
                                         });
@@ -355,10 +420,11 @@ at::Tensor k_huber_loss(const at::Tensor& self, const at::Tensor& target, int64_
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     const Acc dl = static_cast<Acc>(delta);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [dl](Acc x, Acc y, int64_t) {
-      const Acc z = std::abs(x - y);
-      return z < dl ? Acc(0.5) * z * z : dl * (z - Acc(0.5) * dl);
-    });
+    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
+                                [dl](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
+                                  const Acc z = std::abs(x - y);
+                                  return z < dl ? Acc(0.5) * z * z : dl * (z - Acc(0.5) * dl);
+                                });
   });
   return out;
 }
@@ -372,7 +438,7 @@ at::Tensor k_huber_loss_backward(const at::Tensor& grad_output, const at::Tensor
     using Acc = ACME_T(tag);
     const Acc dl = static_cast<Acc>(delta);
     gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [dl](Acc x, Acc y, int64_t) {
+                                        [dl](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
                                           const Acc d = x - y;
                                           return d <= -dl ? -dl : (d >= dl ? dl : d);
                                         });
@@ -394,17 +460,19 @@ at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& targ
   at::Tensor out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
-    const Acc* wp = w.data();
-    // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape, [wp, op](Acc x, Acc y, int64_t i) {
-      ACME_CHECK(x >= Acc(0) && x <= Acc(1), op, "all elements of input should be between 0 and 1");
-      const Acc lx = std::max(std::log(x), Acc(-100));
-      const Acc l1x = std::max(std::log1p(-x), Acc(-100));
-      const Acc l = (y - Acc(1)) * l1x - y * lx;
-      return wp ? l * wp[i] : l;
-    });
+    // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite; the
+    // range check reads the data, so it runs in the device part (reported at the
+    // next synchronization)
+    out = elementwise_loss<Acc>(
+        op, self, target, reduction, shape,
+        [op](Acc x, Acc y, int64_t i, const Acc* wp, const Acc*) {
+          ACME_CHECK(x >= Acc(0) && x <= Acc(1), op, "all elements of input should be between 0 and 1");
+          const Acc lx = std::max(std::log(x), Acc(-100));
+          const Acc l1x = std::max(std::log1p(-x), Acc(-100));
+          const Acc l = (y - Acc(1)) * l1x - y * lx;
+          return wp ? l * wp[i] : l;
+        },
+        weight);
   });
   return out;
 }
@@ -420,15 +488,13 @@ at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const 
   at::Tensor gi;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, self.sizes());
-    const Acc* wp = w.data();
     gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [wp](Acc x, Acc y, int64_t i) {
+                                        [](Acc x, Acc y, int64_t i, const Acc* wp, const Acc*) {
                                           constexpr Acc eps = Acc(1e-12);
                                           const Acc d = (x - y) / std::max((Acc(1) - x) * x, eps);
                                           return wp ? d * wp[i] : d;
-                                        });
+                                        },
+                                        weight);
   });
   return gi;
 }
@@ -449,13 +515,8 @@ at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::
   at::Tensor out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    nn::Dense<Acc> w, pw;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
-    if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
-    const Acc* wp = w.data();
-    const Acc* pwp = pw.data();
     out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [wp, pwp](Acc x, Acc y, int64_t i) {
+                                [](Acc x, Acc y, int64_t i, const Acc* wp, const Acc* pwp) {
                                   // (1 - y) x + lw * log(1 + exp(-x)), computed stably as
                                   // lw * (log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0)
                                   const Acc m = std::max(-x, Acc(0));
@@ -463,7 +524,8 @@ at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::
                                   Acc l = (Acc(1) - y) * x +
                                           lw * (std::log(std::exp(-m) + std::exp(-x - m)) + m);
                                   return wp ? l * wp[i] : l;
-                                });
+                                },
+                                weight, pos_weight);
   });
   return out;
 }
@@ -478,7 +540,9 @@ at::Tensor k_soft_margin_loss(const at::Tensor& self, const at::Tensor& target, 
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [](Acc x, Acc y, int64_t) { return std::log1p(std::exp(-y * x)); });
+                                [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
+                                  return std::log1p(std::exp(-y * x));
+                                });
   });
   return out;
 }
@@ -491,7 +555,7 @@ at::Tensor k_soft_margin_loss_backward(const at::Tensor& grad_output, const at::
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [](Acc x, Acc y, int64_t) {
+                                        [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
                                           const Acc z = std::exp(-y * x);
                                           return -y * z / (Acc(1) + z);
                                         });
@@ -520,37 +584,44 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
     ACME_CHECK_T(weight.numel() == C, op, weight, "weight must have ", C, " elements");
   at::Tensor out = reduction == kNone && self.dim() == 2 ? at::empty({N}, self.options())
                                                          : at::empty({}, self.options());
+  const at::Tensor target_c = long_input(op, target, "target");
+  check_loadable(weight, {C});
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    auto t = load_long(op, target, "target");
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, {C});
     const Acc mg = margin.to<Acc>();
-    std::vector<Acc> per(static_cast<size_t>(N));
-    double total = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t y = t.p[n];
-      ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
-      const Acc* row = x.data() + n * C;
-      double s = 0;
-      for (int64_t c = 0; c < C; ++c) {
-        if (c == y) continue;
-        Acc z = mg - row[y] + row[c];
-        if (z <= Acc(0)) continue;
-        if (pv == 2) z = z * z;
-        if (w.data()) z *= w.data()[y];
-        s += z;
+    // the loss (0-dim when reduced) is written on the device: no host wait
+    cm::launch(out, [op, N, C, pv, mg, reduction, self = cm::DeviceTensor(self),
+                     target = cm::DeviceTensor(target_c), weight = cm::DeviceTensor(weight),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      auto t = load_long(target);
+      nn::Dense<Acc> w;
+      if (weight.defined()) w = nn::load<Acc>(op, weight, {C});
+      std::vector<Acc> per(static_cast<size_t>(N));
+      double total = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t y = t.p[n];
+        ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
+        const Acc* row = x.data() + n * C;
+        double s = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          if (c == y) continue;
+          Acc z = mg - row[y] + row[c];
+          if (z <= Acc(0)) continue;
+          if (pv == 2) z = z * z;
+          if (w.data()) z *= w.data()[y];
+          s += z;
+        }
+        per[n] = static_cast<Acc>(s / C);
+        total += per[n];
       }
-      per[n] = static_cast<Acc>(s / C);
-      total += per[n];
-    }
-    if (reduction == kNone && self.dim() == 2) {
-      nn::store<Acc>(op, per.data(), out);
-    } else {
-      Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-      nn::store<Acc>(op, &v, out);
-    }
+      if (reduction == kNone && self.dim() == 2) {
+        nn::store<Acc>(op, per.data(), out);
+      } else {
+        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
+        nn::store<Acc>(op, &v, out);
+      }
+    });
   });
   return out;
 }
@@ -569,42 +640,48 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
   at::Tensor out = reduction == kNone && self.dim() == 2 ? at::empty({N}, self.options())
                                                          : at::empty({}, self.options());
   at::Tensor is_target = at::empty(self.sizes(), self.options());
+  const at::Tensor target_c = long_input(op, target, "target");
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    auto t = load_long(op, target, "target");
-    std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));
-    std::vector<Acc> per(static_cast<size_t>(N));
-    double total = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t* tr = t.p + n * C;
-      Acc* is = ist.data() + n * C;
-      // targets are the labels before the first -1
-      int64_t nt = 0;
-      for (; nt < C && tr[nt] >= 0; ++nt) {
-        ACME_CHECK_INDEX(tr[nt] < C, op, "target ", tr[nt], " out of range [0, ", C, ")");
-        is[tr[nt]] = Acc(1);
-      }
-      const Acc* row = x.data() + n * C;
-      double s = 0;
-      for (int64_t j = 0; j < nt; ++j) {
-        const Acc xj = row[tr[j]];
-        for (int64_t k = 0; k < C; ++k) {
-          if (is[k] != Acc(0)) continue;
-          const Acc z = Acc(1) - xj + row[k];
-          if (z > Acc(0)) s += z;
+    // the loss (0-dim when reduced) and is_target are written on the device: no host wait
+    cm::launch(out, [op, N, C, reduction, self = cm::DeviceTensor(self),
+                     target = cm::DeviceTensor(target_c), out = cm::DeviceTensor(out),
+                     is_target = cm::DeviceTensor(is_target)] {
+      auto x = nn::load<Acc>(op, self);
+      auto t = load_long(target);
+      std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));
+      std::vector<Acc> per(static_cast<size_t>(N));
+      double total = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t* tr = t.p + n * C;
+        Acc* is = ist.data() + n * C;
+        // targets are the labels before the first -1
+        int64_t nt = 0;
+        for (; nt < C && tr[nt] >= 0; ++nt) {
+          ACME_CHECK_INDEX(tr[nt] < C, op, "target ", tr[nt], " out of range [0, ", C, ")");
+          is[tr[nt]] = Acc(1);
         }
+        const Acc* row = x.data() + n * C;
+        double s = 0;
+        for (int64_t j = 0; j < nt; ++j) {
+          const Acc xj = row[tr[j]];
+          for (int64_t k = 0; k < C; ++k) {
+            if (is[k] != Acc(0)) continue;
+            const Acc z = Acc(1) - xj + row[k];
+            if (z > Acc(0)) s += z;
+          }
+        }
+        per[n] = static_cast<Acc>(s / C);
+        total += per[n];
       }
-      per[n] = static_cast<Acc>(s / C);
-      total += per[n];
-    }
-    if (reduction == kNone && self.dim() == 2) {
-      nn::store<Acc>(op, per.data(), out);
-    } else {
-      Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-      nn::store<Acc>(op, &v, out);
-    }
-    nn::store<Acc>(op, ist.data(), is_target);
+      if (reduction == kNone && self.dim() == 2) {
+        nn::store<Acc>(op, per.data(), out);
+      } else {
+        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
+        nn::store<Acc>(op, &v, out);
+      }
+      nn::store<Acc>(op, ist.data(), is_target);
+    });
   });
   return {out, is_target};
 }

@@ -1,5 +1,6 @@
 // Staging buffers for acme's matrix and neural-network kernels (linalg, conv,
-// pool, norm, softmax, loss, embedding).
+// pool, norm, softmax, loss, embedding): device-part helpers. They take the
+// DeviceTensors a kernel's host part handed to its device part (common/device.h).
 //
 // Those kernels do their math on dense row-major arrays of the compute type
 // (float for float32/float16/bfloat16, double for float64): BLAS needs dense
@@ -10,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/device.h"
 #include "common/dtype.h"
 #include "common/errors.h"
 #include "common/iter.h"
@@ -28,7 +30,8 @@ constexpr unsigned kNNFloat = cm::kFloating;
 // The dtype check these kernels share: a defined tensor must be one of kNNFloat,
 // or the acme dtype error naming op, device and dtype. (Devices are already
 // checked by the generated wrapper: docs/architecture.md, "Wrapper -> kernel".)
-inline void check_float(const char* op, const at::Tensor& t) {
+template <class Tensor>
+inline void check_float(const char* op, const Tensor& t) {
   if (t.defined() && !(cm::dtype_bit(t.scalar_type()) & kNNFloat))
     cm::fail_dtype(op, t.device(), t.scalar_type(), kNNFloat);
 }
@@ -66,7 +69,7 @@ inline int64_t shape_numel(c10::IntArrayRef shape) {
 // Converts `t` (any float dtype, any strides, broadcastable to `shape`) into
 // a dense Acc array of `shape` written at `dst`.
 template <class Acc>
-inline void load_into(const char* op, const at::Tensor& t, c10::IntArrayRef shape, Acc* dst) {
+inline void load_into(const char* op, const cm::DeviceTensor& t, c10::IntArrayRef shape, Acc* dst) {
   const auto st = contiguous_strides(shape);
   cm::StridedIter it(shape);
   it.add_strided(reinterpret_cast<char*>(dst), shape, st, sizeof(Acc));
@@ -80,7 +83,7 @@ inline void load_into(const char* op, const at::Tensor& t, c10::IntArrayRef shap
 
 // Dense view of `t` broadcast to `shape` (t's own shape when empty).
 template <class Acc>
-inline Dense<Acc> load(const char* op, const at::Tensor& t, c10::IntArrayRef shape) {
+inline Dense<Acc> load(const char* op, const cm::DeviceTensor& t, c10::IntArrayRef shape) {
   Dense<Acc> d;
   const bool same_shape = t.sizes().equals(shape);
   if (same_shape && t.is_contiguous() &&
@@ -95,14 +98,14 @@ inline Dense<Acc> load(const char* op, const at::Tensor& t, c10::IntArrayRef sha
 }
 
 template <class Acc>
-inline Dense<Acc> load(const char* op, const at::Tensor& t) {
+inline Dense<Acc> load(const char* op, const cm::DeviceTensor& t) {
   return load<Acc>(op, t, t.sizes());
 }
 
 // Writes the dense row-major array `src` (in dst's logical shape) into `dst`
 // (any float dtype and strides), converting once.
 template <class Acc>
-inline void store(const char* op, const Acc* src, const at::Tensor& dst) {
+inline void store(const char* op, const Acc* src, const cm::DeviceTensor& dst) {
   if (dst.numel() == 0) return;
   if (dst.is_contiguous() && dst.scalar_type() == c10::CppTypeToScalarType<Acc>::value) {
     Acc* o = dst.data_ptr<Acc>();
@@ -124,10 +127,10 @@ inline void store(const char* op, const Acc* src, const at::Tensor& dst) {
 // memory when its dtype is Acc, else a staging vector that `finish` stores.
 template <class Acc>
 struct OutBuf {
-  at::Tensor out;
+  cm::DeviceTensor out;
   std::vector<Acc> own;
   Acc* ptr = nullptr;
-  OutBuf(const at::Tensor& o) : out(o) {
+  OutBuf(const cm::DeviceTensor& o) : out(o) {
     if (o.is_contiguous() && o.scalar_type() == c10::CppTypeToScalarType<Acc>::value) {
       ptr = o.numel() ? o.data_ptr<Acc>() : nullptr;
     } else {
@@ -143,8 +146,8 @@ struct OutBuf {
 
 // Runs f(Tag<Acc>{}) with the compute type of a float dtype, or raises the
 // acme dtype error naming op, device and dtype.
-template <class F>
-inline void dispatch_compute(const char* op, const at::Tensor& t, F&& f) {
+template <class Tensor, class F>
+inline void dispatch_compute(const char* op, const Tensor& t, F&& f) {
   const auto st = t.scalar_type();
   if (st == c10::ScalarType::Double) {
     f(cm::Tag<double>{});

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 #include "nn_math.h"
@@ -47,16 +48,20 @@ c10::ScalarType stat_dtype(const at::Tensor& input, std::initializer_list<const 
   return input.scalar_type();
 }
 
-// Per-channel vector (weight, bias, stats) as dense Acc, or `dflt` if undefined.
+// Host part of a per-channel vector (weight, bias, stats): checks its size and
+// hands it to the device part as C elements (undefined stays undefined).
+cm::DeviceTensor chan(const char* op, const at::Tensor& t, int64_t C, const char* arg) {
+  if (!t.defined()) return {};
+  ACME_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
+               t.sizes());
+  return cm::DeviceTensor(t.reshape({C}));
+}
+
+// Device part: the vector as dense Acc, or `dflt` if undefined.
 template <class Acc>
-std::vector<Acc> chan_vec(const char* op, const at::Tensor& t, int64_t C, Acc dflt,
-                          const char* arg) {
+std::vector<Acc> chan_vec(const char* op, const cm::DeviceTensor& t, int64_t C, Acc dflt) {
   std::vector<Acc> v(static_cast<size_t>(C), dflt);
-  if (t.defined()) {
-    ACME_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
-                 t.sizes());
-    if (C > 0) nn::load_into<Acc>(op, t.reshape({C}), {C}, v.data());
-  }
+  if (t.defined() && C > 0) nn::load_into<Acc>(op, t, {C}, v.data());
   return v;
 }
 
@@ -88,13 +93,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   at::Tensor out = at::empty(input.sizes(), input.options());
   at::Tensor save_mean = at::empty({training ? sh.C : 0}, input.options().dtype(sdt));
   at::Tensor save_invstd = at::empty({training ? sh.C : 0}, input.options().dtype(sdt));
+  const int64_t C = sh.C;
+  auto wd = chan(op, weight, C, "weight"), bd = chan(op, bias, C, "bias");
+  auto rmd = chan(op, running_mean, C, "running_mean");
+  auto rvd = chan(op, running_var, C, "running_var");
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(out, [op, sh, training, momentum, eps, wd, bd, rmd, rvd,
+                     input = cm::DeviceTensor(input), out = cm::DeviceTensor(out),
+                     save_mean = cm::DeviceTensor(save_mean),
+                     save_invstd = cm::DeviceTensor(save_invstd)] {
     const int64_t C = sh.C, S = sh.S, N = sh.N;
     const int64_t count = N * S;
+    const auto& running_mean = rmd;
+    const auto& running_var = rvd;
     auto x = nn::load<Acc>(op, input);
-    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
-    auto b = chan_vec<Acc>(op, bias, C, Acc(0), "bias");
+    auto w = chan_vec<Acc>(op, wd, C, Acc(1));
+    auto b = chan_vec<Acc>(op, bd, C, Acc(0));
     std::vector<Acc> mean(C), invstd(C);
     if (training) {
       std::vector<Acc> var_unbiased(C);
@@ -119,22 +134,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
         var_unbiased[c] = static_cast<Acc>(count > 1 ? ss / (count - 1) : INFINITY);
       }
       if (running_mean.defined()) {
-        auto rm = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
+        auto rm = chan_vec<Acc>(op, running_mean, C, Acc(0));
         for (int64_t c = 0; c < C; ++c)
           rm[c] = static_cast<Acc>((1 - momentum) * rm[c] + momentum * mean[c]);
-        nn::store<Acc>(op, rm.data(), running_mean.reshape({C}));
+        nn::store<Acc>(op, rm.data(), running_mean);
       }
       if (running_var.defined()) {
-        auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+        auto rv = chan_vec<Acc>(op, running_var, C, Acc(1));
         for (int64_t c = 0; c < C; ++c)
           rv[c] = static_cast<Acc>((1 - momentum) * rv[c] + momentum * var_unbiased[c]);
-        nn::store<Acc>(op, rv.data(), running_var.reshape({C}));
+        nn::store<Acc>(op, rv.data(), running_var);
       }
       nn::store<Acc>(op, mean.data(), save_mean);
       nn::store<Acc>(op, invstd.data(), save_invstd);
     } else {
-      mean = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
-      auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+      mean = chan_vec<Acc>(op, running_mean, C, Acc(0));
+      auto rv = chan_vec<Acc>(op, running_var, C, Acc(1));
       for (int64_t c = 0; c < C; ++c)
         invstd[c] = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
     }
@@ -150,6 +165,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
         for (int64_t i = 0; i < S; ++i) o[i] = p[i] * scale + shift;
       }
     ob.finish(op);
+    });
   });
   return {out, save_mean, save_invstd};
 }
@@ -202,20 +218,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
   if (output_mask[1]) gw = at::empty({sh.C}, param_opts);
   if (output_mask[2]) gb = at::empty({sh.C}, param_opts);
+  const int64_t C = sh.C;
+  auto wd = chan(op, weight, C, "weight");
+  auto md = train ? chan(op, save_mean, C, "save_mean") : chan(op, running_mean, C, "running_mean");
+  auto vd = train ? chan(op, save_invstd, C, "save_invstd") : chan(op, running_var, C, "running_var");
+  const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(on, [op, sh, train, eps, wd, md, vd, input = cm::DeviceTensor(input),
+                    grad_out = cm::DeviceTensor(grad_out), gi = cm::DeviceTensor(gi),
+                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
     const int64_t C = sh.C, S = sh.S, N = sh.N;
     const int64_t count = N * S;
     auto x = nn::load<Acc>(op, input);
     auto dy = nn::load<Acc>(op, grad_out);
-    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    auto w = chan_vec<Acc>(op, wd, C, Acc(1));
     std::vector<Acc> mean, invstd;
     if (train) {
-      mean = chan_vec<Acc>(op, save_mean, C, Acc(0), "save_mean");
-      invstd = chan_vec<Acc>(op, save_invstd, C, Acc(1), "save_invstd");
+      mean = chan_vec<Acc>(op, md, C, Acc(0));
+      invstd = chan_vec<Acc>(op, vd, C, Acc(1));
     } else {
-      mean = chan_vec<Acc>(op, running_mean, C, Acc(0), "running_mean");
-      auto rv = chan_vec<Acc>(op, running_var, C, Acc(1), "running_var");
+      mean = chan_vec<Acc>(op, md, C, Acc(0));
+      auto rv = chan_vec<Acc>(op, vd, C, Acc(1));
       invstd.resize(C);
       for (int64_t c = 0; c < C; ++c)
         invstd[c] = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
@@ -263,6 +287,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
       nn::store<Acc>(op, v.data(), gw);
     }
     if (gb.defined()) nn::store<Acc>(op, sum_dy.data(), gb);
+    });
   });
   return {gi, gw, gb};
 }
@@ -317,6 +342,9 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   if (sh.M == 0) return {out, mean, rstd};
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(out, [op, sh, eps, input = cm::DeviceTensor(input), weight = cm::DeviceTensor(weight),
+                     bias = cm::DeviceTensor(bias), out = cm::DeviceTensor(out),
+                     mean = cm::DeviceTensor(mean), rstd = cm::DeviceTensor(rstd)] {
     const int64_t M = sh.M, N = sh.N;
     auto x = nn::load<Acc>(op, input);
     nn::Dense<Acc> w, b;
@@ -349,6 +377,7 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     ob.finish(op);
     nn::store<Acc>(op, mv.data(), mean);
     nn::store<Acc>(op, rv.data(), rstd);
+    });
   });
   return {out, mean, rstd};
 }
@@ -374,8 +403,14 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
   if (output_mask[1] && weight.defined()) gw = at::empty(weight.sizes(), weight.options());
   if (output_mask[2] && bias.defined()) gb = at::empty(bias.sizes(), bias.options());
+  if (sh.M == 0 && !gw.defined() && !gb.defined()) return {gi, gw, gb};
+  const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(on, [op, sh, input = cm::DeviceTensor(input), grad_out = cm::DeviceTensor(grad_out),
+                    mean = cm::DeviceTensor(mean), rstd = cm::DeviceTensor(rstd),
+                    weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi),
+                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
     const int64_t M = sh.M, N = sh.N;
     auto x = nn::load<Acc>(op, input);
     auto dy = nn::load<Acc>(op, grad_out);
@@ -413,6 +448,7 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     if (ob) ob->finish(op);
     if (gw.defined()) nn::store<Acc>(op, dw.data(), gw);
     if (gb.defined()) nn::store<Acc>(op, db.data(), gb);
+    });
   });
   return {gi, gw, gb};
 }
@@ -444,12 +480,16 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   at::Tensor mean = at::empty({N, group}, input.options().dtype(sdt));
   at::Tensor rstd = at::empty({N, group}, input.options().dtype(sdt));
   if (N == 0) return {out, mean, rstd};
+  auto wd = chan(op, weight, C, "weight"), bd = chan(op, bias, C, "bias");
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(mean, [op, N, C, HxW, group, eps, wd, bd, input = cm::DeviceTensor(input),
+                      out = cm::DeviceTensor(out), mean = cm::DeviceTensor(mean),
+                      rstd = cm::DeviceTensor(rstd)] {
     const int64_t Cg = C / group, D = Cg * HxW;
     auto x = nn::load<Acc>(op, input);
-    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
-    auto b = chan_vec<Acc>(op, bias, C, Acc(0), "bias");
+    auto w = chan_vec<Acc>(op, wd, C, Acc(1));
+    auto b = chan_vec<Acc>(op, bd, C, Acc(0));
     std::vector<Acc> mv(N * group), rv(N * group);
     std::optional<nn::OutBuf<Acc>> ob;
     if (out.numel()) ob.emplace(out);
@@ -475,6 +515,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     if (ob) ob->finish(op);
     nn::store<Acc>(op, mv.data(), mean);
     nn::store<Acc>(op, rv.data(), rstd);
+    });
   });
   return {out, mean, rstd};
 }
@@ -500,14 +541,20 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
   if (output_mask[1]) gw = at::empty({C}, popts);
   if (output_mask[2]) gb = at::empty({C}, popts);
+  auto wd = chan(op, weight, C, "weight");
+  const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(on, [op, N, C, HxW, group, wd, input = cm::DeviceTensor(input),
+                    grad_out = cm::DeviceTensor(grad_out), mean = cm::DeviceTensor(mean),
+                    rstd = cm::DeviceTensor(rstd), gi = cm::DeviceTensor(gi),
+                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
     const int64_t Cg = C / group, D = Cg * HxW;
     auto x = nn::load<Acc>(op, input);
     auto dy = nn::load<Acc>(op, grad_out);
     auto mu = nn::load<Acc>(op, mean);
     auto rs = nn::load<Acc>(op, rstd);
-    auto w = chan_vec<Acc>(op, weight, C, Acc(1), "weight");
+    auto w = chan_vec<Acc>(op, wd, C, Acc(1));
     std::vector<double> dw(C, 0.0), db(C, 0.0);
     std::optional<nn::OutBuf<Acc>> ob;
     if (gi.defined() && gi.numel()) ob.emplace(gi);
@@ -553,6 +600,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
       std::vector<Acc> v(db.begin(), db.end());
       nn::store<Acc>(op, v.data(), gb);
     }
+    });
   });
   return {gi, gw, gb};
 }
@@ -580,6 +628,8 @@ at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
   }
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(out, [op, pv, mx, outer, S, inner, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
     auto x = nn::load<Acc>(op, self);
     // norm of each slice self.select(dim, s), over all other dims
     std::vector<double> norm(S, 0.0);
@@ -604,6 +654,7 @@ at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
         for (int64_t i = 0; i < inner; ++i) ob.data()[base + i] = x.data()[base + i] * factor[s];
       }
     ob.finish(op);
+    });
   });
   return out;
 }

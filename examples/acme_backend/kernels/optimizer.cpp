@@ -120,24 +120,36 @@ std::vector<at::Tensor> k__foreach_norm_Scalar(at::TensorList self, const at::Sc
 std::vector<at::Tensor> k__foreach_zero(at::TensorList self) {
   return each(self, [&](size_t i) {
     at::Tensor z = at::empty(self[i].sizes(), self[i].options());
+    if (z.numel() == 0) return z;
     dispatch<kAll>("_foreach_zero", z.device(), z.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
-      T* p = static_cast<T*>(z.data_ptr());
-      for (int64_t k = 0; k < z.numel(); ++k) p[k] = cvt<T>(0);
+      launch(z, [addr = z.data_ptr(), n = z.numel()] {
+        T* p = static_cast<T*>(device_view(addr));
+        for (int64_t k = 0; k < n; ++k) p[k] = cvt<T>(0);
+      });
     });
     return z;
   });
 }
 
 namespace {
-// Reads a 1-element tensor (device or CPU) as double.
-double scalar_of(const char* op, const at::Tensor& t) {
-  return tensor_to_scalar(op, t).to<double>();
+// The value of a 1-element tensor (device or CPU) as double, in a device part:
+// the fused steps read AMP's found_inf and grad_scale and the step counts where
+// they live, as CUDA's fused kernels do, so the host never waits for them.
+// `fallback` when the tensor is undefined.
+double value_of(const DeviceTensor& t, double fallback) {
+  if (!t.defined()) return fallback;
+  double v = fallback;
+  dispatch<kAll>("value_of", t.device(), t.scalar_type(), [&](auto tag) {
+    using T = ACME_T(tag);
+    v = static_cast<double>(cvt<double>(*t.const_data_ptr<T>()));
+  });
+  return v;
 }
 
-// True when AMP found infs/NaNs: the fused step is skipped entirely.
-bool skip_step(const char* op, const std::optional<at::Tensor>& found_inf) {
-  return found_inf.has_value() && found_inf->defined() && scalar_of(op, *found_inf) == 1.0;
+void check_one_element(const char* op, const std::optional<at::Tensor>& t, const char* what) {
+  if (t.has_value() && t->defined())
+    ACME_CHECK_T(t->numel() == 1, op, *t, what, " must have one element, got shape ", t->sizes());
 }
 }  // namespace
 
@@ -149,9 +161,9 @@ void k__fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList mom
   check_lists(op, self.size(), grads.size(), "grads");
   const bool use_buf = momentum != 0.0;
   if (use_buf) check_lists(op, self.size(), momentum_buffer_list.size(), "momentum_buffer_list");
-  if (skip_step(op, found_inf)) return;
-  const double inv_scale =
-      (grad_scale.has_value() && grad_scale->defined()) ? 1.0 / scalar_of(op, *grad_scale) : 1.0;
+  check_one_element(op, found_inf, "found_inf");
+  check_one_element(op, grad_scale, "grad_scale");
+  const DeviceTensor found(found_inf), scale(grad_scale);
   for (size_t i = 0; i < self.size(); ++i) {
     const at::Tensor& p = self[i];
     const at::Tensor& g = grads[i];
@@ -162,9 +174,14 @@ void k__fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList mom
     it.add(g);
     if (use_buf) it.add(momentum_buffer_list[i]);
     it.build();
+    if (p.numel() == 0) continue;
     dispatch<kFloating>(op, p.device(), p.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
       using M = opmath_t<T>;
+      launch(p, [it, found, scale, use_buf, weight_decay, momentum, lr, dampening, nesterov,
+                 maximize, is_first_step] {
+      if (value_of(found, 0.0) == 1.0) return;  // AMP found infs/NaNs: no step
+      const double inv_scale = scale.defined() ? 1.0 / value_of(scale, 1.0) : 1.0;
       it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
         for (int64_t k = 0; k < n; ++k) {
           T* pp = reinterpret_cast<T*>(ptr[0] + k * s[0]);
@@ -188,6 +205,7 @@ void k__fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList mom
           *pp = cvt<T>(param - static_cast<M>(lr) * grad);
         }
       });
+      });
     });
   }
 }
@@ -202,18 +220,15 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
   check_lists(op, self.size(), exp_avg_sqs.size(), "exp_avg_sqs");
   check_lists(op, self.size(), state_steps.size(), "state_steps");
   if (amsgrad) check_lists(op, self.size(), max_exp_avg_sqs.size(), "max_exp_avg_sqs");
-  if (skip_step(op, found_inf)) return;
-  const double inv_scale =
-      (grad_scale.has_value() && grad_scale->defined()) ? 1.0 / scalar_of(op, *grad_scale) : 1.0;
+  check_one_element(op, found_inf, "found_inf");
+  check_one_element(op, grad_scale, "grad_scale");
+  const DeviceTensor found(found_inf), scale(grad_scale);
   for (size_t i = 0; i < self.size(); ++i) {
     const at::Tensor& p = self[i];
     ACME_CHECK_T(grads[i].sizes() == p.sizes() && grads[i].scalar_type() == p.scalar_type(), op, grads[i],
                  "grad must match its parameter in shape and dtype");
-    // the optimizer has already incremented the step
-    const double step = scalar_of(op, state_steps[i]);
-    const double bc1 = 1.0 - std::pow(beta1, step);
-    const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
-    const double step_size = lr / bc1;
+    ACME_CHECK_T(state_steps[i].numel() == 1, op, state_steps[i], "a step count must have one element");
+    const DeviceTensor step_count(state_steps[i]);
     StridedIter it(p.sizes());
     it.add(p);
     it.add(grads[i]);
@@ -221,9 +236,19 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
     it.add(exp_avg_sqs[i]);
     if (amsgrad) it.add(max_exp_avg_sqs[i]);
     it.build();
+    if (p.numel() == 0) continue;
     dispatch<kFloating>(op, p.device(), p.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
       using M = opmath_t<T>;
+      launch(p, [it, found, scale, step_count, lr, beta1, beta2, weight_decay, eps, amsgrad,
+                 maximize] {
+      if (value_of(found, 0.0) == 1.0) return;  // AMP found infs/NaNs: no step
+      const double inv_scale = scale.defined() ? 1.0 / value_of(scale, 1.0) : 1.0;
+      // the optimizer has already incremented the step
+      const double step = value_of(step_count, 0.0);
+      const double bc1 = 1.0 - std::pow(beta1, step);
+      const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
+      const double step_size = lr / bc1;
       const M b1 = static_cast<M>(beta1), b2 = static_cast<M>(beta2);
       it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
         for (int64_t k = 0; k < n; ++k) {
@@ -254,6 +279,7 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
           *pp = cvt<T>(param - static_cast<M>(step_size) * avg / denom);
         }
       });
+      });
     });
   }
 }
@@ -265,26 +291,31 @@ void k__amp_foreach_non_finite_check_and_unscale_(at::TensorList self, at::Tenso
                "found_inf must be a 1-element float32 tensor");
   ACME_CHECK_T(inv_scale.numel() == 1 && inv_scale.scalar_type() == at::kFloat, op, inv_scale,
                "inv_scale must be a 1-element float32 tensor");
-  const float inv = static_cast<float>(scalar_of(op, inv_scale));
-  bool found = false;
+  // Read and written where they live: the host never waits (as CUDA's kernel).
+  const DeviceTensor inv_dev(inv_scale), found_dev(found_inf);
   for (const at::Tensor& t : self) {
+    if (t.numel() == 0) continue;
     StridedIter it(t.sizes());
     it.add(t);
     it.build();
     dispatch<kFloating>(op, t.device(), t.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
       using M = opmath_t<T>;
-      it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
-        for (int64_t k = 0; k < n; ++k) {
-          T* v = reinterpret_cast<T*>(ptr[0] + k * s[0]);
-          const M x = static_cast<M>(*v);
-          if (!std::isfinite(static_cast<double>(x))) found = true;
-          *v = cvt<T>(x * static_cast<M>(inv));
-        }
+      launch(t, [it, inv_dev, found_dev] {
+        const float inv = *inv_dev.const_data_ptr<float>();
+        bool found = false;
+        it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
+          for (int64_t k = 0; k < n; ++k) {
+            T* v = reinterpret_cast<T*>(ptr[0] + k * s[0]);
+            const M x = static_cast<M>(*v);
+            if (!std::isfinite(static_cast<double>(x))) found = true;
+            *v = cvt<T>(x * static_cast<M>(inv));
+          }
+        });
+        if (found) *found_dev.data_ptr<float>() = 1.0f;
       });
     });
   }
-  if (found) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
 }
 
 }  // namespace acme::kernels

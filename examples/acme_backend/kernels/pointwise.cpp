@@ -26,9 +26,10 @@ at::Tensor k_where_self(const at::Tensor& condition, const at::Tensor& self, con
   it.add(a);
   it.add(b);
   it.build();
+  if (out.numel() == 0) return out;
   dispatch<kAll>(op, out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    map3<T, bool, T, T>(it, [](bool c, T x, T y) { return c ? x : y; });
+    launch(out, [it] { map3<T, bool, T, T>(it, [](bool c, T x, T y) { return c ? x : y; }); });
   });
   return out;
 }

@@ -99,17 +99,11 @@ std::vector<int64_t> out_shape(const at::Tensor& self, int64_t Ho, int64_t Wo) {
   return s;
 }
 
-// Reads a shape-matching tensor of int64 as a dense array.
-struct DenseIdx {
-  at::Tensor keep;
-  const int64_t* ptr = nullptr;
-};
-DenseIdx dense_long(const char* op, const at::Tensor& t) {
+// A shape-matching tensor of int64 as a dense (contiguous) tensor, for a
+// device part to read as an array (host part: checks, and copies if strided).
+at::Tensor dense_long(const char* op, const at::Tensor& t) {
   ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, "indices must be int64");
-  DenseIdx d;
-  d.keep = t.is_contiguous() ? t : t.contiguous();
-  d.ptr = d.keep.numel() ? d.keep.const_data_ptr<int64_t>() : nullptr;
-  return d;
+  return t.is_contiguous() ? t : t.contiguous();
 }
 
 // The backward of every max pool (2-d, 3-d, adaptive): grad_input (self's shape) is
@@ -126,18 +120,23 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
   const int64_t per = planes ? grad_output.numel() / planes : 0;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    auto ix = dense_long(op, indices);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < planes; ++pl)
-      for (int64_t o = 0; o < per; ++o) {
-        const int64_t k = ix.ptr[pl * per + o];
-        ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol,
-                   " elements");
-        ob.data()[pl * vol + k] += go.data()[pl * per + o];
-      }
-    ob.finish(op);
+    const at::Tensor ix = dense_long(op, indices);
+    cm::launch(gi, [op, planes, per, vol, grad_output = cm::DeviceTensor(grad_output),
+                    ix = cm::DeviceTensor(ix), gi = cm::DeviceTensor(gi)] {
+      auto go = nn::load<Acc>(op, grad_output);
+      const int64_t* ixp = ix.numel() ? ix.const_data_ptr<int64_t>() : nullptr;
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < planes; ++pl)
+        for (int64_t o = 0; o < per; ++o) {
+          // a data-dependent check: raised on the device, reported at the next sync
+          const int64_t k = ixp[pl * per + o];
+          ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol,
+                     " elements");
+          ob.data()[pl * vol + k] += go.data()[pl * per + o];
+        }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -189,40 +188,43 @@ inline int64_t ada_end(int64_t o, int64_t out, int64_t in) {
   if (out.numel() == 0) return {out, idx};
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    int64_t* ip = idx.data_ptr<int64_t>();
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      const Acc* in = x.data() + pl * p.H * p.W;
-      Acc* o = ob.data() + pl * p.Ho * p.Wo;
-      int64_t* oi = ip + pl * p.Ho * p.Wo;
-      for (int64_t oh = 0; oh < p.Ho; ++oh) {
-        const int64_t hs = oh * p.sh - p.ph;
-        for (int64_t ow = 0; ow < p.Wo; ++ow) {
-          const int64_t ws = ow * p.sw - p.pw;
-          Acc best = -std::numeric_limits<Acc>::infinity();
-          int64_t bi = -1;
-          for (int64_t i = 0; i < p.kh; ++i) {
-            const int64_t h = hs + i * p.dh;
-            if (h < 0 || h >= p.H) continue;
-            for (int64_t j = 0; j < p.kw; ++j) {
-              const int64_t w = ws + j * p.dw;
-              if (w < 0 || w >= p.W) continue;
-              const Acc v = in[h * p.W + w];
-              // NaN wins and sticks, as in PyTorch.
-              if (bi < 0 || v > best || std::isnan(v)) {
-                best = v;
-                bi = h * p.W + w;
-                if (std::isnan(v)) { i = p.kh; break; }
+    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
+                     idx = cm::DeviceTensor(idx)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      int64_t* ip = idx.data_ptr<int64_t>();
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        const Acc* in = x.data() + pl * p.H * p.W;
+        Acc* o = ob.data() + pl * p.Ho * p.Wo;
+        int64_t* oi = ip + pl * p.Ho * p.Wo;
+        for (int64_t oh = 0; oh < p.Ho; ++oh) {
+          const int64_t hs = oh * p.sh - p.ph;
+          for (int64_t ow = 0; ow < p.Wo; ++ow) {
+            const int64_t ws = ow * p.sw - p.pw;
+            Acc best = -std::numeric_limits<Acc>::infinity();
+            int64_t bi = -1;
+            for (int64_t i = 0; i < p.kh; ++i) {
+              const int64_t h = hs + i * p.dh;
+              if (h < 0 || h >= p.H) continue;
+              for (int64_t j = 0; j < p.kw; ++j) {
+                const int64_t w = ws + j * p.dw;
+                if (w < 0 || w >= p.W) continue;
+                const Acc v = in[h * p.W + w];
+                // NaN wins and sticks, as in PyTorch.
+                if (bi < 0 || v > best || std::isnan(v)) {
+                  best = v;
+                  bi = h * p.W + w;
+                  if (std::isnan(v)) { i = p.kh; break; }
+                }
               }
             }
+            o[oh * p.Wo + ow] = best;
+            oi[oh * p.Wo + ow] = bi;
           }
-          o[oh * p.Wo + ow] = best;
-          oi[oh * p.Wo + ow] = bi;
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return {out, idx};
 }
@@ -252,21 +254,24 @@ at::Tensor k_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      const Acc* in = x.data() + pl * p.H * p.W;
-      Acc* o = ob.data() + pl * p.Ho * p.Wo;
-      for (int64_t oh = 0; oh < p.Ho; ++oh)
-        for (int64_t ow = 0; ow < p.Wo; ++ow) {
-          const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
-          Acc s = 0;
-          for (int64_t h = w.hs; h < w.he; ++h)
-            for (int64_t c = w.ws; c < w.we; ++c) s += in[h * p.W + c];
-          o[oh * p.Wo + ow] = (w.hs >= w.he || w.ws >= w.we) ? Acc(0) : s / Acc(w.div);
-        }
-    }
-    ob.finish(op);
+    cm::launch(out, [op, p, count_include_pad, divisor_override, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        const Acc* in = x.data() + pl * p.H * p.W;
+        Acc* o = ob.data() + pl * p.Ho * p.Wo;
+        for (int64_t oh = 0; oh < p.Ho; ++oh)
+          for (int64_t ow = 0; ow < p.Wo; ++ow) {
+            const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
+            Acc s = 0;
+            for (int64_t h = w.hs; h < w.he; ++h)
+              for (int64_t c = w.ws; c < w.we; ++c) s += in[h * p.W + c];
+            o[oh * p.Wo + ow] = (w.hs >= w.he || w.ws >= w.we) ? Acc(0) : s / Acc(w.div);
+          }
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -286,22 +291,25 @@ at::Tensor k_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      Acc* g = ob.data() + pl * p.H * p.W;
-      const Acc* src = go.data() + pl * p.Ho * p.Wo;
-      for (int64_t oh = 0; oh < p.Ho; ++oh)
-        for (int64_t ow = 0; ow < p.Wo; ++ow) {
-          const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
-          if (w.hs >= w.he || w.ws >= w.we) continue;
-          const Acc v = src[oh * p.Wo + ow] / Acc(w.div);
-          for (int64_t h = w.hs; h < w.he; ++h)
-            for (int64_t c = w.ws; c < w.we; ++c) g[h * p.W + c] += v;
-        }
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, p, count_include_pad, divisor_override,
+                    grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+      auto go = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        Acc* g = ob.data() + pl * p.H * p.W;
+        const Acc* src = go.data() + pl * p.Ho * p.Wo;
+        for (int64_t oh = 0; oh < p.Ho; ++oh)
+          for (int64_t ow = 0; ow < p.Wo; ++ow) {
+            const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
+            if (w.hs >= w.he || w.ws >= w.we) continue;
+            const Acc v = src[oh * p.Wo + ow] / Acc(w.div);
+            for (int64_t h = w.hs; h < w.he; ++h)
+              for (int64_t c = w.ws; c < w.we; ++c) g[h * p.W + c] += v;
+          }
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -319,23 +327,26 @@ at::Tensor k__adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output
   const int64_t planes = self.numel() / (H * W);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const Acc* in = x.data() + pl * H * W;
-      Acc* o = ob.data() + pl * Ho * Wo;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-          Acc s = 0;
-          for (int64_t h = hs; h < he; ++h)
-            for (int64_t c = ws; c < we; ++c) s += in[h * W + c];
-          o[oh * Wo + ow] = s / Acc((he - hs) * (we - ws));
+    cm::launch(out, [op, planes, H, W, Ho, Wo, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        const Acc* in = x.data() + pl * H * W;
+        Acc* o = ob.data() + pl * Ho * Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+            Acc s = 0;
+            for (int64_t h = hs; h < he; ++h)
+              for (int64_t c = ws; c < we; ++c) s += in[h * W + c];
+            o[oh * Wo + ow] = s / Acc((he - hs) * (we - ws));
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -352,23 +363,26 @@ at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const 
   const int64_t planes = self.numel() / (H * W);
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      Acc* g = ob.data() + pl * H * W;
-      const Acc* src = go.data() + pl * Ho * Wo;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-          const Acc v = src[oh * Wo + ow] / Acc((he - hs) * (we - ws));
-          for (int64_t h = hs; h < he; ++h)
-            for (int64_t c = ws; c < we; ++c) g[h * W + c] += v;
+    cm::launch(gi, [op, planes, H, W, Ho, Wo, grad_output = cm::DeviceTensor(grad_output),
+                    gi = cm::DeviceTensor(gi)] {
+      auto go = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        Acc* g = ob.data() + pl * H * W;
+        const Acc* src = go.data() + pl * Ho * Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+            const Acc v = src[oh * Wo + ow] / Acc((he - hs) * (we - ws));
+            for (int64_t h = hs; h < he; ++h)
+              for (int64_t c = ws; c < we; ++c) g[h * W + c] += v;
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -389,32 +403,35 @@ at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const 
   const int64_t planes = self.numel() / (H * W);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    int64_t* ip = idx.data_ptr<int64_t>();
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const Acc* in = x.data() + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-          Acc best = -std::numeric_limits<Acc>::infinity();
-          int64_t bi = hs * W + ws;
-          for (int64_t h = hs; h < he; ++h)
-            for (int64_t c = ws; c < we; ++c) {
-              const Acc v = in[h * W + c];
-              if (v > best || std::isnan(v)) {
-                best = v;
-                bi = h * W + c;
-                if (std::isnan(v)) { h = he; break; }
+    cm::launch(out, [op, planes, H, W, Ho, Wo, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out), idx = cm::DeviceTensor(idx)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      int64_t* ip = idx.data_ptr<int64_t>();
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        const Acc* in = x.data() + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
+            Acc best = -std::numeric_limits<Acc>::infinity();
+            int64_t bi = hs * W + ws;
+            for (int64_t h = hs; h < he; ++h)
+              for (int64_t c = ws; c < we; ++c) {
+                const Acc v = in[h * W + c];
+                if (v > best || std::isnan(v)) {
+                  best = v;
+                  bi = h * W + c;
+                  if (std::isnan(v)) { h = he; break; }
+                }
               }
-            }
-          ob.data()[(pl * Ho + oh) * Wo + ow] = best;
-          ip[(pl * Ho + oh) * Wo + ow] = bi;
+            ob.data()[(pl * Ho + oh) * Wo + ow] = best;
+            ip[(pl * Ho + oh) * Wo + ow] = bi;
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return {out, idx};
 }
@@ -557,43 +574,46 @@ int64_t adaptive_window_size(const Adaptive3d& a, int64_t od, int64_t oh, int64_
   if (out.numel() == 0) return {out, idx};
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    int64_t* ip = idx.data_ptr<int64_t>();
-    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      const Acc* in = x.data() + pl * vol;
-      int64_t o = pl * ovol;
-      for (int64_t od = 0; od < p.Do; ++od)
-        for (int64_t oh = 0; oh < p.Ho; ++oh)
-          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-            Acc best = -std::numeric_limits<Acc>::infinity();
-            int64_t bi = -1;
-            bool nan_found = false;
-            for (int64_t a = 0; a < p.k[0] && !nan_found; ++a) {
-              const int64_t z = od * p.s[0] - p.p[0] + a * p.d[0];
-              if (z < 0 || z >= p.D) continue;
-              for (int64_t b = 0; b < p.k[1] && !nan_found; ++b) {
-                const int64_t y = oh * p.s[1] - p.p[1] + b * p.d[1];
-                if (y < 0 || y >= p.H) continue;
-                for (int64_t c = 0; c < p.k[2]; ++c) {
-                  const int64_t xw = ow * p.s[2] - p.p[2] + c * p.d[2];
-                  if (xw < 0 || xw >= p.W) continue;
-                  const int64_t k = (z * p.H + y) * p.W + xw;
-                  const Acc v = in[k];
-                  if (bi < 0 || v > best || std::isnan(v)) {
-                    best = v;
-                    bi = k;
-                    if (std::isnan(v)) { nan_found = true; break; }
+    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
+                     idx = cm::DeviceTensor(idx)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      int64_t* ip = idx.data_ptr<int64_t>();
+      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        const Acc* in = x.data() + pl * vol;
+        int64_t o = pl * ovol;
+        for (int64_t od = 0; od < p.Do; ++od)
+          for (int64_t oh = 0; oh < p.Ho; ++oh)
+            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+              Acc best = -std::numeric_limits<Acc>::infinity();
+              int64_t bi = -1;
+              bool nan_found = false;
+              for (int64_t a = 0; a < p.k[0] && !nan_found; ++a) {
+                const int64_t z = od * p.s[0] - p.p[0] + a * p.d[0];
+                if (z < 0 || z >= p.D) continue;
+                for (int64_t b = 0; b < p.k[1] && !nan_found; ++b) {
+                  const int64_t y = oh * p.s[1] - p.p[1] + b * p.d[1];
+                  if (y < 0 || y >= p.H) continue;
+                  for (int64_t c = 0; c < p.k[2]; ++c) {
+                    const int64_t xw = ow * p.s[2] - p.p[2] + c * p.d[2];
+                    if (xw < 0 || xw >= p.W) continue;
+                    const int64_t k = (z * p.H + y) * p.W + xw;
+                    const Acc v = in[k];
+                    if (bi < 0 || v > best || std::isnan(v)) {
+                      best = v;
+                      bi = k;
+                      if (std::isnan(v)) { nan_found = true; break; }
+                    }
                   }
                 }
               }
+              ob.data()[o] = best;
+              ip[o] = bi;
             }
-            ob.data()[o] = best;
-            ip[o] = bi;
-          }
-    }
-    ob.finish(op);
+      }
+      ob.finish(op);
+    });
   });
   return {out, idx};
 }
@@ -609,28 +629,32 @@ at::Tensor k_avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel_size,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      const Acc* src = x.data() + pl * vol;
-      int64_t o = pl * ovol;
-      for (int64_t od = 0; od < p.Do; ++od)
-        for (int64_t oh = 0; oh < p.Ho; ++oh)
-          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-            const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
-            if (w.div == 0) {
-              ob.data()[o] = Acc(0);
-              continue;
+    cm::launch(out, [op, p, count_include_pad, divisor_override, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        const Acc* src = x.data() + pl * vol;
+        int64_t o = pl * ovol;
+        for (int64_t od = 0; od < p.Do; ++od)
+          for (int64_t oh = 0; oh < p.Ho; ++oh)
+            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+              const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
+              if (w.div == 0) {
+                ob.data()[o] = Acc(0);
+                continue;
+              }
+              double sum = 0;
+              for (int64_t z = w.st[0]; z < w.en[0]; ++z)
+                for (int64_t y = w.st[1]; y < w.en[1]; ++y)
+                  for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw)
+                    sum += src[(z * p.H + y) * p.W + xw];
+              ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(w.div));
             }
-            double sum = 0;
-            for (int64_t z = w.st[0]; z < w.en[0]; ++z)
-              for (int64_t y = w.st[1]; y < w.en[1]; ++y)
-                for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) sum += src[(z * p.H + y) * p.W + xw];
-            ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(w.div));
-          }
-    }
-    ob.finish(op);
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -650,25 +674,28 @@ at::Tensor k_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-    for (int64_t pl = 0; pl < p.planes; ++pl) {
-      Acc* g = ob.data() + pl * vol;
-      int64_t o = pl * ovol;
-      for (int64_t od = 0; od < p.Do; ++od)
-        for (int64_t oh = 0; oh < p.Ho; ++oh)
-          for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-            const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
-            if (w.div == 0) continue;
-            const Acc v = go.data()[o] / Acc(w.div);
-            for (int64_t z = w.st[0]; z < w.en[0]; ++z)
-              for (int64_t y = w.st[1]; y < w.en[1]; ++y)
-                for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) g[(z * p.H + y) * p.W + xw] += v;
-          }
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, p, count_include_pad, divisor_override,
+                    grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+      auto go = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
+      for (int64_t pl = 0; pl < p.planes; ++pl) {
+        Acc* g = ob.data() + pl * vol;
+        int64_t o = pl * ovol;
+        for (int64_t od = 0; od < p.Do; ++od)
+          for (int64_t oh = 0; oh < p.Ho; ++oh)
+            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
+              const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
+              if (w.div == 0) continue;
+              const Acc v = go.data()[o] / Acc(w.div);
+              for (int64_t z = w.st[0]; z < w.en[0]; ++z)
+                for (int64_t y = w.st[1]; y < w.en[1]; ++y)
+                  for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) g[(z * p.H + y) * p.W + xw] += v;
+            }
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -694,20 +721,22 @@ at::Tensor k__adaptive_avg_pool3d(const at::Tensor& self, at::IntArrayRef output
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    int64_t o = 0;
-    for (int64_t pl = 0; pl < a.planes; ++pl) {
-      const Acc* src = x.data() + pl * a.vol();
-      for (int64_t od = 0; od < a.out[0]; ++od)
-        for (int64_t oh = 0; oh < a.out[1]; ++oh)
-          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-            Acc sum = 0;
-            for_adaptive_window(a, od, oh, ow, [&](int64_t k) { sum += src[k]; });
-            ob.data()[o] = sum / Acc(adaptive_window_size(a, od, oh, ow));
-          }
-    }
-    ob.finish(op);
+    cm::launch(out, [op, a, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      int64_t o = 0;
+      for (int64_t pl = 0; pl < a.planes; ++pl) {
+        const Acc* src = x.data() + pl * a.vol();
+        for (int64_t od = 0; od < a.out[0]; ++od)
+          for (int64_t oh = 0; oh < a.out[1]; ++oh)
+            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+              Acc sum = 0;
+              for_adaptive_window(a, od, oh, ow, [&](int64_t k) { sum += src[k]; });
+              ob.data()[o] = sum / Acc(adaptive_window_size(a, od, oh, ow));
+            }
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -724,20 +753,22 @@ at::Tensor k__adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const 
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto go = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    int64_t o = 0;
-    for (int64_t pl = 0; pl < a.planes; ++pl) {
-      Acc* g = ob.data() + pl * a.vol();
-      for (int64_t od = 0; od < a.out[0]; ++od)
-        for (int64_t oh = 0; oh < a.out[1]; ++oh)
-          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-            const Acc v = go.data()[o] / Acc(adaptive_window_size(a, od, oh, ow));
-            for_adaptive_window(a, od, oh, ow, [&](int64_t k) { g[k] += v; });
-          }
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, a, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+      auto go = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      int64_t o = 0;
+      for (int64_t pl = 0; pl < a.planes; ++pl) {
+        Acc* g = ob.data() + pl * a.vol();
+        for (int64_t od = 0; od < a.out[0]; ++od)
+          for (int64_t oh = 0; oh < a.out[1]; ++oh)
+            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+              const Acc v = go.data()[o] / Acc(adaptive_window_size(a, od, oh, ow));
+              for_adaptive_window(a, od, oh, ow, [&](int64_t k) { g[k] += v; });
+            }
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -752,33 +783,36 @@ at::Tensor k__adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const 
   if (out.numel() == 0) return {out, idx};
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    int64_t* ip = idx.data_ptr<int64_t>();
-    int64_t o = 0;
-    for (int64_t pl = 0; pl < a.planes; ++pl) {
-      const Acc* src = x.data() + pl * a.vol();
-      for (int64_t od = 0; od < a.out[0]; ++od)
-        for (int64_t oh = 0; oh < a.out[1]; ++oh)
-          for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-            Acc best = -std::numeric_limits<Acc>::infinity();
-            int64_t bi = -1;
-            bool nan_found = false;
-            // The first maximum (or the first NaN) wins, as on CPU.
-            for_adaptive_window(a, od, oh, ow, [&](int64_t k) {
-              if (nan_found) return;
-              const Acc v = src[k];
-              if (bi < 0 || v > best || std::isnan(v)) {
-                best = v;
-                bi = k;
-                nan_found = std::isnan(v);
-              }
-            });
-            ob.data()[o] = best;
-            ip[o] = bi;
-          }
-    }
-    ob.finish(op);
+    cm::launch(out, [op, a, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
+                     idx = cm::DeviceTensor(idx)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      int64_t* ip = idx.data_ptr<int64_t>();
+      int64_t o = 0;
+      for (int64_t pl = 0; pl < a.planes; ++pl) {
+        const Acc* src = x.data() + pl * a.vol();
+        for (int64_t od = 0; od < a.out[0]; ++od)
+          for (int64_t oh = 0; oh < a.out[1]; ++oh)
+            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
+              Acc best = -std::numeric_limits<Acc>::infinity();
+              int64_t bi = -1;
+              bool nan_found = false;
+              // The first maximum (or the first NaN) wins, as on CPU.
+              for_adaptive_window(a, od, oh, ow, [&](int64_t k) {
+                if (nan_found) return;
+                const Acc v = src[k];
+                if (bi < 0 || v > best || std::isnan(v)) {
+                  best = v;
+                  bi = k;
+                  nan_found = std::isnan(v);
+                }
+              });
+              ob.data()[o] = best;
+              ip[o] = bi;
+            }
+      }
+      ob.finish(op);
+    });
   });
   return {out, idx};
 }
@@ -816,22 +850,32 @@ at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& 
   std::vector<int64_t> osz(self.sizes().begin(), self.sizes().end() - spatial);
   osz.insert(osz.end(), output_size.begin(), output_size.end());
   at::Tensor out = at::empty(osz, self.options());
-  if (out.numel() > 0) std::memset(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()));
+  if (out.numel() > 0) {
+    cm::launch(out, [out = cm::DeviceTensor(out), nbytes = static_cast<size_t>(out.nbytes())] {
+      std::memset(out.data_ptr(), 0, nbytes);
+    });
+  }
   if (self.numel() == 0) return out;
   at::Tensor in = self.contiguous();
   at::Tensor idx = indices.contiguous();
   const int64_t planes = self.numel() / in_plane;
   const size_t esz = static_cast<size_t>(self.element_size());
-  const char* ip = static_cast<const char*>(in.data_ptr());
-  const int64_t* xp = static_cast<const int64_t*>(idx.data_ptr());
-  char* opp = static_cast<char*>(out.data_ptr());
-  for (int64_t p = 0; p < planes; ++p)
-    for (int64_t i = 0; i < in_plane; ++i) {
-      const int64_t j = xp[p * in_plane + i];
-      ACME_CHECK_INDEX(j >= 0 && j < out_plane, op, "Found an invalid max index: ", j,
-                       " (output volumes are of size ", output_size, ")");
-      std::memcpy(opp + (p * out_plane + j) * esz, ip + (p * in_plane + i) * esz, esz);
-    }
+  // output_size, copied: the device part's error message prints it.
+  std::vector<int64_t> osize(output_size.begin(), output_size.end());
+  cm::launch(out, [op, planes, in_plane, out_plane, esz, osize, in = cm::DeviceTensor(in),
+                   idx = cm::DeviceTensor(idx), out = cm::DeviceTensor(out)] {
+    const char* ip = static_cast<const char*>(in.data_ptr());
+    const int64_t* xp = static_cast<const int64_t*>(idx.data_ptr());
+    char* opp = static_cast<char*>(out.data_ptr());
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < in_plane; ++i) {
+        // a data-dependent check: raised on the device, reported at the next sync
+        const int64_t j = xp[p * in_plane + i];
+        ACME_CHECK_INDEX(j >= 0 && j < out_plane, op, "Found an invalid max index: ", j,
+                         " (output volumes are of size ", at::IntArrayRef(osize), ")");
+        std::memcpy(opp + (p * out_plane + j) * esz, ip + (p * in_plane + i) * esz, esz);
+      }
+  });
   return out;
 }
 }  // namespace

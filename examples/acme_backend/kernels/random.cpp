@@ -1,13 +1,18 @@
-// acme random kernels. Random bits come from the device's generator: acme's
-// generator is a CPUGeneratorImpl (Mersenne Twister) bound to the acme
-// device, so a seed reproduces the same stream on every run. The transforms
-// from bits to distributions are acme's own.
+// acme random kernels. As on GPUs, the random bits are made on the device by a
+// counter-based generator (Philox-4x32-10): element i of an op's output comes
+// from the counter i under a key, so the device part needs no state and splits
+// over the compute units with the same bits. The key is drawn on the host from
+// the device's generator (a CPUGeneratorImpl, Mersenne Twister, bound to the
+// acme device): one 64-bit draw per op, so a seed (manual_seed, the rng state)
+// reproduces every op's stream. The transforms from bits to distributions are
+// acme's own.
 #include "common/common.h"
 
 #include "kernels.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/core/PhiloxRNGEngine.h>
 #include <ATen/ops/empty.h>
 
 #include <cmath>
@@ -34,23 +39,46 @@ at::CPUGeneratorImpl* generator_for(const char* op, const std::optional<at::Gene
   return static_cast<at::CPUGeneratorImpl*>(g.unsafeGetGeneratorImpl());
 }
 
-// Uniform in [0, 1): 53 random bits for double, 24 for everything else.
-inline double uniform_double(at::CPUGeneratorImpl* g) {
-  return static_cast<double>(g->random64() >> 11) * 0x1.0p-53;
-}
-inline float uniform_float(at::CPUGeneratorImpl* g) {
-  return static_cast<float>(g->random() >> 8) * 0x1.0p-24f;
+// An op's key: one draw from the device's generator, under its lock (host part).
+uint64_t draw_key(const char* op, const std::optional<at::Generator>& gen, const at::Tensor& t) {
+  at::CPUGeneratorImpl* g = generator_for(op, gen, t);
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  return g->random64();
 }
 
-// Writes f() to every element of `self` in iteration order (any layout).
+// The random bits of counter `i` under `key` (device part): four 32-bit words.
+struct Bits {
+  uint32_t w[4];
+  Bits(uint64_t key, uint64_t i) {
+    at::Philox4_32 engine(key, i, 0);
+    for (auto& x : w) x = engine();
+  }
+  // Uniform in [0, 1): 53 bits for double (words j, j+1), 24 for float.
+  double uniform_double(int j = 0) const {
+    const uint64_t r = (static_cast<uint64_t>(w[j]) << 32) | w[j + 1];
+    return static_cast<double>(r >> 11) * 0x1.0p-53;
+  }
+  float uniform_float(int j = 0) const { return static_cast<float>(w[j] >> 8) * 0x1.0p-24f; }
+  uint64_t u64() const { return (static_cast<uint64_t>(w[0]) << 32) | w[1]; }
+};
+
+// Device part: writes f(i) to every element of `self`, i its position in the
+// iterator's order, split over the compute units (f is pure).
 template <class T, class F>
-void generate(at::Tensor& self, F f) {
+void generate(const StridedIter& it, F f) {
+  parallel_for(it.numel(), kGrainHeavy, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    it.for_each_range(begin, end, [&](char* const* p, const int64_t* s, int64_t n) {
+      for (int64_t j = 0; j < n; ++j, ++i) *reinterpret_cast<T*>(p[0] + j * s[0]) = f(i);
+    });
+  });
+}
+
+StridedIter iter_of(const at::Tensor& self) {
   StridedIter it(self.sizes());
   it.add(self);
   it.build();
-  it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = f();
-  });
+  return it;
 }
 
 }  // namespace
@@ -59,19 +87,23 @@ at::Tensor& k_uniform_(at::Tensor& self, double from, double to, std::optional<a
   const char* op = "uniform_";
   ACME_CHECK_T(from <= to, op, self, "uniform_ expects to return a [from, to) range, but found from=",
                from, " > to=", to);
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (self.numel() == 0) return self;
+  const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const double range = to - from;
-    generate<T>(self, [&] {
-      if constexpr (std::is_same_v<T, double>) return from + range * uniform_double(g);
-      else {
-        // round once to T; never return `to` itself after rounding
-        T v = cvt<T>(static_cast<float>(from + range * static_cast<double>(uniform_float(g))));
-        if (static_cast<double>(static_cast<float>(v)) >= to && to > from) v = cvt<T>(static_cast<float>(from));
-        return v;
-      }
+    launch(self, [it, key, from, to] {
+      const double range = to - from;
+      generate<T>(it, [=](int64_t i) {
+        const Bits bits(key, static_cast<uint64_t>(i));
+        if constexpr (std::is_same_v<T, double>) return from + range * bits.uniform_double();
+        else {
+          // round once to T; never return `to` itself after rounding
+          T v = cvt<T>(static_cast<float>(from + range * static_cast<double>(bits.uniform_float())));
+          if (static_cast<double>(static_cast<float>(v)) >= to && to > from) v = cvt<T>(static_cast<float>(from));
+          return v;
+        }
+      });
     });
   });
   return self;
@@ -80,27 +112,22 @@ at::Tensor& k_uniform_(at::Tensor& self, double from, double to, std::optional<a
 at::Tensor& k_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> generator) {
   const char* op = "normal_";
   ACME_CHECK_T(std >= 0.0, op, self, "normal expects std >= 0.0, but found std ", std);
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (self.numel() == 0) return self;
+  const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    // Box-Muller: one pair of uniforms gives two normals
-    bool have_spare = false;
-    double spare = 0.0;
-    generate<T>(self, [&] {
-      double z;
-      if (have_spare) {
-        z = spare;
-        have_spare = false;
-      } else {
-        const double u1 = 1.0 - uniform_double(g);  // (0, 1]: log is finite
-        const double u2 = uniform_double(g);
+    launch(self, [it, key, mean, std] {
+      // Box-Muller: the pair of uniforms of counter i / 2 gives the normals of
+      // elements i (cosine) and i ^ 1 (sine)
+      generate<T>(it, [=](int64_t i) {
+        const Bits bits(key, static_cast<uint64_t>(i / 2));
+        const double u1 = 1.0 - bits.uniform_double(0);  // (0, 1]: log is finite
+        const double u2 = bits.uniform_double(2);
         const double r = std::sqrt(-2.0 * std::log(u1));
-        z = r * std::cos(2.0 * M_PI * u2);
-        spare = r * std::sin(2.0 * M_PI * u2);
-        have_spare = true;
-      }
-      return cvt<T>(mean + std * z);
+        const double z = (i % 2 == 0) ? r * std::cos(2.0 * M_PI * u2) : r * std::sin(2.0 * M_PI * u2);
+        return cvt<T>(mean + std * z);
+      });
     });
   });
   return self;
@@ -109,18 +136,21 @@ at::Tensor& k_normal_(at::Tensor& self, double mean, double std, std::optional<a
 at::Tensor& k_exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
   const char* op = "exponential_";
   ACME_CHECK_T(lambd > 0.0, op, self, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (self.numel() == 0) return self;
+  const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    generate<T>(self, [&] {
-      const double u = uniform_double(g);
-      double v = -std::log1p(-u) / lambd;
-      // keep strictly positive after rounding to T, as torch's exponential_
-      T t = cvt<T>(v);
-      if (!(static_cast<double>(static_cast<opmath_t<T>>(t)) > 0.0))
-        t = cvt<T>(static_cast<double>(std::numeric_limits<opmath_t<T>>::min()));
-      return t;
+    launch(self, [it, key, lambd] {
+      generate<T>(it, [=](int64_t i) {
+        const double u = Bits(key, static_cast<uint64_t>(i)).uniform_double();
+        double v = -std::log1p(-u) / lambd;
+        // keep strictly positive after rounding to T, as torch's exponential_
+        T t = cvt<T>(v);
+        if (!(static_cast<double>(static_cast<opmath_t<T>>(t)) > 0.0))
+          t = cvt<T>(static_cast<double>(std::numeric_limits<opmath_t<T>>::min()));
+        return t;
+      });
     });
   });
   return self;
@@ -152,14 +182,18 @@ at::Tensor& random_range(const char* op, at::Tensor& self, int64_t from, std::op
                                         : static_cast<uint64_t>(random_upper(self.scalar_type()) - from) + 1;
   ACME_CHECK_T(!to.has_value() || from < *to, op, self,
                "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (self.numel() == 0) return self;
+  const StridedIter it = iter_of(self);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    generate<T>(self, [&] {
-      const uint64_t r = range <= (uint64_t(1) << 32) ? static_cast<uint64_t>(g->random()) : g->random64();
-      const int64_t v = from + static_cast<int64_t>(range == 0 ? r : r % range);
-      return cvt<T>(v);
+    launch(self, [it, key, from, range] {
+      generate<T>(it, [=](int64_t i) {
+        const Bits bits(key, static_cast<uint64_t>(i));
+        const uint64_t r = range <= (uint64_t(1) << 32) ? static_cast<uint64_t>(bits.w[0]) : bits.u64();
+        const int64_t v = from + static_cast<int64_t>(range == 0 ? r : r % range);
+        return cvt<T>(v);
+      });
     });
   });
   return self;
@@ -179,11 +213,16 @@ at::Tensor k_bernoulli_p(const at::Tensor& self, double p, std::optional<at::Gen
   const char* op = "bernoulli.p";
   ACME_CHECK_T(p >= 0.0 && p <= 1.0, op, self, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   at::Tensor out = at::empty(self.sizes(), self.options());
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (out.numel() == 0) return out;
+  const StridedIter it = iter_of(out);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    generate<T>(out, [&] { return cvt<T>(uniform_double(g) < p ? 1 : 0); });
+    launch(out, [it, key, p] {
+      generate<T>(it, [=](int64_t i) {
+        return cvt<T>(Bits(key, static_cast<uint64_t>(i)).uniform_double() < p ? 1 : 0);
+      });
+    });
   });
   return out;
 }
@@ -198,23 +237,28 @@ at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::opti
                self.sizes());
   }
   convert_into(op, pp, p);
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  if (self.numel() == 0) return self;
   StridedIter it(self.sizes());
   it.add(self);
   it.add(pp);
   it.build();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    bool bad = false;
-    it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        const double pr = *reinterpret_cast<const double*>(ptr[1] + i * s[1]);
-        if (!(pr >= 0.0 && pr <= 1.0)) bad = true;
-        *reinterpret_cast<T*>(ptr[0] + i * s[0]) = cvt<T>(uniform_double(g) < pr ? 1 : 0);
-      }
+    launch(self, [op, it, key] {
+      bool bad = false;
+      int64_t i = 0;
+      it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
+        for (int64_t j = 0; j < n; ++j, ++i) {
+          const double pr = *reinterpret_cast<const double*>(ptr[1] + j * s[1]);
+          if (!(pr >= 0.0 && pr <= 1.0)) bad = true;
+          const double u = Bits(key, static_cast<uint64_t>(i)).uniform_double();
+          *reinterpret_cast<T*>(ptr[0] + j * s[0]) = cvt<T>(u < pr ? 1 : 0);
+        }
+      });
+      // a value check on the device: reported by the next synchronize, as CUDA's
+      ACME_CHECK(!bad, op, "bernoulli_ expects all elements of p to be in [0, 1]");
     });
-    ACME_CHECK(!bad, op, "bernoulli_ expects all elements of p to be in [0, 1]");
   });
   return self;
 }
@@ -232,13 +276,17 @@ at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool repla
              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   at::Tensor probs = at::empty(self.sizes(), self.options().dtype(at::kDouble));
   convert_into(op, probs, self);
-  const double* pp = static_cast<const double*>(probs.data_ptr());
   std::vector<int64_t> shape = self.dim() == 1 ? std::vector<int64_t>{num_samples}
                                                : std::vector<int64_t>{rows, num_samples};
   at::Tensor out = at::empty(shape, self.options().dtype(at::kLong));
-  int64_t* o = static_cast<int64_t*>(out.data_ptr());
-  at::CPUGeneratorImpl* g = generator_for(op, generator, self);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, self);
+  // The draws depend on the values of every earlier draw of a row (without
+  // replacement): one sequential pass per row on the device. Invalid
+  // probabilities are found there and reported by the next synchronize.
+  launch(out, [op, key, rows, k, num_samples, replacement, probs_addr = probs.const_data_ptr(),
+               out_addr = out.data_ptr()] {
+  const double* pp = static_cast<const double*>(device_view(probs_addr));
+  int64_t* o = static_cast<int64_t*>(device_view(out_addr));
   std::vector<double> w(static_cast<size_t>(k));
   for (int64_t r = 0; r < rows; ++r) {
     double total = 0;
@@ -255,7 +303,7 @@ at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool repla
                "invalid multinomial distribution (with replacement=False, not enough non-negative "
                "category to sample)");
     for (int64_t s = 0; s < num_samples; ++s) {
-      const double u = uniform_double(g) * total;
+      const double u = Bits(key, static_cast<uint64_t>(r * num_samples + s)).uniform_double() * total;
       double acc = 0;
       int64_t pick = -1;
       for (int64_t j = 0; j < k; ++j) {
@@ -271,6 +319,7 @@ at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool repla
       }
     }
   }
+  });
   return out;
 }
 
@@ -278,19 +327,21 @@ at::Tensor& k_randperm_generator_out(int64_t n, std::optional<at::Generator> gen
   const char* op = "randperm.generator_out";
   ACME_CHECK(n >= 0, op, "n must be non-negative, got", n);
   if (out.sizes() != at::IntArrayRef({n})) out.resize_({n});
-  at::CPUGeneratorImpl* g = generator_for(op, generator, out);
-  std::lock_guard<std::mutex> lock(g->mutex_);
+  const uint64_t key = draw_key(op, generator, out);
+  if (n == 0) return out;
   dispatch<kAllNoBool>(op, out.device(), out.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    std::vector<int64_t> perm(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) perm[i] = i;
-    for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
-      const int64_t j = static_cast<int64_t>(g->random64() % static_cast<uint64_t>(i + 1));
-      std::swap(perm[i], perm[j]);
-    }
-    T* o = static_cast<T*>(out.data_ptr());
-    const int64_t st = n ? out.stride(0) : 1;
-    for (int64_t i = 0; i < n; ++i) o[i * st] = cvt<T>(perm[i]);
+    launch(out, [key, n, addr = out.data_ptr(), st = out.stride(0)] {
+      std::vector<int64_t> perm(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) perm[i] = i;
+      for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+        const int64_t j = static_cast<int64_t>(Bits(key, static_cast<uint64_t>(i)).u64() %
+                                               static_cast<uint64_t>(i + 1));
+        std::swap(perm[i], perm[j]);
+      }
+      T* o = static_cast<T*>(device_view(addr));
+      for (int64_t i = 0; i < n; ++i) o[i * st] = cvt<T>(perm[i]);
+    });
   });
   return out;
 }
@@ -303,26 +354,30 @@ std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, dou
   const bool active = train.value_or(false) && p > 0.0;
   const double keep = 1.0 - p;
   const double scale = keep > 0.0 ? 1.0 / keep : 0.0;
+  if (out.numel() == 0) return {out, mask};
   StridedIter it(input.sizes());
   it.add(out);
   it.add(mask);
   it.add(input);
   it.build();
-  at::CPUGeneratorImpl* g = active ? generator_for(op, std::nullopt, input) : nullptr;
-  std::unique_lock<std::mutex> lock;
-  if (g) lock = std::unique_lock<std::mutex>(g->mutex_);
+  const uint64_t key = active ? draw_key(op, std::nullopt, input) : 0;
   dispatch<kFloating>(op, input.device(), input.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    const M sc = static_cast<M>(scale);
-    it.for_each([&](char* const* ptr, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        const M x = static_cast<M>(*reinterpret_cast<const T*>(ptr[2] + i * s[2]));
-        // eval mode (or p == 0): identity with an all-true mask
-        const bool k = !active || (keep > 0.0 && uniform_float(g) < static_cast<float>(keep));
-        *reinterpret_cast<bool*>(ptr[1] + i * s[1]) = k;
-        *reinterpret_cast<T*>(ptr[0] + i * s[0]) = cvt<T>(!active ? x : (k ? x * sc : M(0)));
-      }
+    launch(out, [it, key, active, keep, sc = static_cast<M>(scale)] {
+      parallel_for(it.numel(), kGrainHeavy, [&](int64_t begin, int64_t end) {
+        int64_t i = begin;
+        it.for_each_range(begin, end, [&](char* const* ptr, const int64_t* s, int64_t n) {
+          for (int64_t j = 0; j < n; ++j, ++i) {
+            const M x = static_cast<M>(*reinterpret_cast<const T*>(ptr[2] + j * s[2]));
+            // eval mode (or p == 0): identity with an all-true mask
+            const bool k = !active || (keep > 0.0 && Bits(key, static_cast<uint64_t>(i)).uniform_float() <
+                                                         static_cast<float>(keep));
+            *reinterpret_cast<bool*>(ptr[1] + j * s[1]) = k;
+            *reinterpret_cast<T*>(ptr[0] + j * s[0]) = cvt<T>(!active ? x : (k ? x * sc : M(0)));
+          }
+        });
+      });
     });
   });
   return {out, mask};
@@ -338,11 +393,13 @@ at::Tensor k_native_dropout_backward(const at::Tensor& grad_output, const at::Te
   it.add(grad_output);
   it.add(mask);
   it.build();
+  if (out.numel() == 0) return out;
   dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    const M sc = static_cast<M>(scale);
-    map2<T, T, bool>(it, [sc](T g, bool m) { return m ? static_cast<M>(g) * sc : M(0); });
+    launch(out, [it, sc = static_cast<M>(scale)] {
+      map2<T, T, bool>(it, [sc](T g, bool m) { return m ? static_cast<M>(g) * sc : M(0); });
+    });
   });
   return out;
 }

@@ -45,10 +45,18 @@ std::vector<bool> dim_mask(const char* op, const at::Tensor& self, at::OptionalI
   return mask;
 }
 
+// What a device part knows of a plan: the [A, R, B] geometry and src as a
+// DeviceTensor (Plan and ScanPlan give one with dev()).
+struct DevPlan {
+  DeviceTensor src;
+  int64_t A = 1, R = 1, B = 1;
+};
+
 struct Plan {
   at::Tensor src;                  // contiguous tensor the [A, R, B] view refers to
   int64_t A = 1, R = 1, B = 1;
   std::vector<int64_t> out_shape;  // after keepdim
+  DevPlan dev() const { return {DeviceTensor(src), A, R, B}; }
 };
 
 Plan make_plan(const char* op, const at::Tensor& self, const std::vector<bool>& mask, bool keepdim) {
@@ -112,7 +120,7 @@ Plan make_plan(const char* op, const at::Tensor& self, const std::vector<bool>& 
   return p;
 }
 
-// Runs reducer `r` over the plan. Reducer: Acc init(); void step(Acc&, In, int64_t idx);
+// Runs reducer `r` over the plan (device part). Reducer: Acc init(); void step(Acc&, In, int64_t idx);
 // Acc merge(Acc, Acc) (only used when kLanes); store(int64_t out_index, const Acc&).
 //
 // Work is split over the compute units (common/parallel.h) without changing any
@@ -120,7 +128,7 @@ Plan make_plan(const char* op, const at::Tensor& self, const std::vector<bool>& 
 // (8 lanes each) merged in chunk order whichever unit computed them, so the
 // result is bitwise the same for any number of units.
 template <class In, class Red, class Store>
-void run(const Plan& p, Red r, Store store) {
+void run(const DevPlan& p, Red r, Store store) {
   using Acc = decltype(r.init());
   const In* data = static_cast<const In*>(p.src.data_ptr());
   const int64_t A = p.A, R = p.R, B = p.B;
@@ -271,8 +279,10 @@ at::Tensor sum_like(const char* op, const at::Tensor& self, at::OptionalIntArray
   dispatch<kAllNoBool>(op, in.device(), out_dt, [&](auto tag) {
     using T = ACME_T(tag);
     using Acc = racc_t<T>;
-    T* o = static_cast<T*>(out.data_ptr());
-    run<T>(p, Red<T, Acc>{}, [o](int64_t i, Acc a) { o[i] = cvt<T>(a); });
+    launch(out, [p = p.dev(), out = DeviceTensor(out)] {
+      T* o = static_cast<T*>(out.data_ptr());
+      run<T>(p, Red<T, Acc>{}, [o](int64_t i, Acc a) { o[i] = cvt<T>(a); });
+    });
   });
   return out;
 }
@@ -316,9 +326,11 @@ at::Tensor k_mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool 
   dispatch<kFloating>(op, in.device(), dt, [&](auto tag) {
     using T = ACME_T(tag);
     using Acc = racc_t<T>;
-    T* o = static_cast<T*>(out.data_ptr());
     const Acc n = static_cast<Acc>(p.R);
-    run<T>(p, SumRed<T, Acc>{}, [o, n](int64_t i, Acc a) { o[i] = cvt<T>(a / n); });
+    launch(out, [n, p = p.dev(), out = DeviceTensor(out)] {
+      T* o = static_cast<T*>(out.data_ptr());
+      run<T>(p, SumRed<T, Acc>{}, [o, n](int64_t i, Acc a) { o[i] = cvt<T>(a / n); });
+    });
   });
   return out;
 }
@@ -343,11 +355,14 @@ void extreme(const char* op, const at::Tensor& self, const Plan& p, at::Tensor* 
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using Red = ExtremeRed<T, IsMax>;
-    T* v = values ? static_cast<T*>(values->data_ptr()) : nullptr;
-    int64_t* ix = indices ? static_cast<int64_t*>(indices->data_ptr()) : nullptr;
-    run<T>(p, Red{}, [v, ix](int64_t i, const typename Red::Acc& a) {
-      if (v) v[i] = cvt<T>(a.v);
-      if (ix) ix[i] = a.i;
+    launch(self, [p = p.dev(), values = values ? DeviceTensor(*values) : DeviceTensor(),
+                  indices = indices ? DeviceTensor(*indices) : DeviceTensor()] {
+      T* v = values.defined() ? static_cast<T*>(values.data_ptr()) : nullptr;
+      int64_t* ix = indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr;
+      run<T>(p, Red{}, [v, ix](int64_t i, const typename Red::Acc& a) {
+        if (v) v[i] = cvt<T>(a.v);
+        if (ix) ix[i] = a.i;
+      });
     });
   });
 }
@@ -482,13 +497,15 @@ at::Tensor all_any(const char* op, const at::Tensor& self, at::OptionalIntArrayR
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using Red = AllAnyRed<T>;
-    if (out_dt == at::kByte) {
-      uint8_t* o = static_cast<uint8_t*>(out.data_ptr());
-      run<T>(p, Red{is_all}, [o](int64_t i, bool a) { o[i] = a ? 1 : 0; });
-    } else {
-      bool* o = static_cast<bool*>(out.data_ptr());
-      run<T>(p, Red{is_all}, [o](int64_t i, bool a) { o[i] = a; });
-    }
+    launch(out, [out_dt, is_all, p = p.dev(), out = DeviceTensor(out)] {
+      if (out_dt == at::kByte) {
+        uint8_t* o = static_cast<uint8_t*>(out.data_ptr());
+        run<T>(p, Red{is_all}, [o](int64_t i, bool a) { o[i] = a ? 1 : 0; });
+      } else {
+        bool* o = static_cast<bool*>(out.data_ptr());
+        run<T>(p, Red{is_all}, [o](int64_t i, bool a) { o[i] = a; });
+      }
+    });
   });
   return out;
 }
@@ -516,10 +533,12 @@ at::Tensor k_count_nonzero_dim_IntList(const at::Tensor& self, at::IntArrayRef d
   const char* op = "count_nonzero.dim_IntList";
   Plan p = make_plan(op, self, dim_mask(op, self, dim), false);
   at::Tensor out = at::empty(p.out_shape, self.options().dtype(at::kLong));
-  int64_t* o = static_cast<int64_t*>(out.data_ptr());
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    run<T>(p, CountRed<T>{}, [o](int64_t i, int64_t a) { o[i] = a; });
+    launch(out, [p = p.dev(), out = DeviceTensor(out)] {
+      int64_t* o = static_cast<int64_t*>(out.data_ptr());
+      run<T>(p, CountRed<T>{}, [o](int64_t i, int64_t a) { o[i] = a; });
+    });
   });
   return out;
 }
@@ -558,14 +577,16 @@ std::tuple<at::Tensor, at::Tensor> var_mean_impl(const char* op, const at::Tenso
   at::Tensor mean = at::empty(p.out_shape, self.options());
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* v = static_cast<T*>(var.data_ptr());
-    T* m = static_cast<T*>(mean.data_ptr());
-    run<T>(p, WelfordRed<T>{}, [&](int64_t i, const Welford& w) {
-      const double denom = std::max(0.0, static_cast<double>(w.n) - corr);
-      double r = w.m2 / denom;  // 0/0 -> NaN, x/0 -> inf as in torch
-      if (take_sqrt) r = std::sqrt(r);
-      v[i] = cvt<T>(r);
-      m[i] = cvt<T>(w.n ? w.mean : std::numeric_limits<double>::quiet_NaN());
+    launch(var, [corr, take_sqrt, p = p.dev(), var = DeviceTensor(var), mean = DeviceTensor(mean)] {
+      T* v = static_cast<T*>(var.data_ptr());
+      T* m = static_cast<T*>(mean.data_ptr());
+      run<T>(p, WelfordRed<T>{}, [&](int64_t i, const Welford& w) {
+        const double denom = std::max(0.0, static_cast<double>(w.n) - corr);
+        double r = w.m2 / denom;  // 0/0 -> NaN, x/0 -> inf as in torch
+        if (take_sqrt) r = std::sqrt(r);
+        v[i] = cvt<T>(r);
+        m[i] = cvt<T>(w.n ? w.mean : std::numeric_limits<double>::quiet_NaN());
+      });
     });
   });
   return {var, mean};
@@ -653,10 +674,12 @@ at::Tensor k_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim
     using Acc = racc_t<T>;
     using LSE = typename LSERed<T, Acc>::LSE;
     using Red = LSERed<T, Acc>;
-    T* o = static_cast<T*>(out.data_ptr());
-    run<T>(p, Red{}, [o](int64_t i, const LSE& a) {
-      if (std::isinf(a.m)) o[i] = cvt<T>(a.m);
-      else o[i] = cvt<T>(a.m + std::log(a.s));
+    launch(out, [p = p.dev(), out = DeviceTensor(out)] {
+      T* o = static_cast<T*>(out.data_ptr());
+      run<T>(p, Red{}, [o](int64_t i, const LSE& a) {
+        if (std::isinf(a.m)) o[i] = cvt<T>(a.m);
+        else o[i] = cvt<T>(a.m + std::log(a.s));
+      });
     });
   });
   return out;
@@ -678,16 +701,18 @@ at::Tensor vector_norm(const char* op, const at::Tensor& self, double ord, at::O
   dispatch<kFloating>(op, in.device(), in.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using Acc = racc_t<T>;
-    T* o = static_cast<T*>(out.data_ptr());
     const int kind = ord == 2.0 ? 0 : ord == 1.0 ? 1 : ord == 0.0 ? 2
                    : (std::isinf(ord) && ord > 0) ? 3 : (std::isinf(ord) && ord < 0) ? 4 : 5;
     const Acc pw = static_cast<Acc>(ord);
     using Red = NormRed<T, Acc>;
-    run<T>(p, Red{kind, pw}, [o, kind, pw](int64_t i, Acc a) {
-      Acc r = a;
-      if (kind == 0) r = std::sqrt(a);
-      else if (kind == 5) r = std::pow(a, Acc(1) / pw);
-      o[i] = cvt<T>(r);
+    launch(out, [kind, pw, p = p.dev(), out = DeviceTensor(out)] {
+      T* o = static_cast<T*>(out.data_ptr());
+      run<T>(p, Red{kind, pw}, [o, kind, pw](int64_t i, Acc a) {
+        Acc r = a;
+        if (kind == 0) r = std::sqrt(a);
+        else if (kind == 5) r = std::pow(a, Acc(1) / pw);
+        o[i] = cvt<T>(r);
+      });
     });
   });
   return out;
@@ -711,6 +736,7 @@ namespace {
 struct ScanPlan {
   at::Tensor src;
   int64_t A = 1, R = 1, B = 1;
+  DevPlan dev() const { return {DeviceTensor(src), A, R, B}; }
 };
 
 ScanPlan scan_plan(const char* op, const at::Tensor& self, int64_t dim) {
@@ -741,20 +767,22 @@ at::Tensor cum_sum_prod(const char* op, const at::Tensor& self, int64_t dim,
   dispatch<kAllNoBool>(op, in.device(), out_dt, [&](auto tag) {
     using T = ACME_T(tag);
     using Acc = racc_t<T>;
-    const T* x = static_cast<const T*>(s.src.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    std::vector<Acc> acc(static_cast<size_t>(s.B));
-    for (int64_t a = 0; a < s.A; ++a) {
-      std::fill(acc.begin(), acc.end(), IsProd ? Acc(1) : Acc(0));
-      for (int64_t r = 0; r < s.R; ++r) {
-        const int64_t base = (a * s.R + r) * s.B;
-        for (int64_t b = 0; b < s.B; ++b) {
-          if constexpr (IsProd) acc[b] *= static_cast<Acc>(x[base + b]);
-          else acc[b] += static_cast<Acc>(x[base + b]);
-          o[base + b] = cvt<T>(acc[b]);
+    launch(out, [s = s.dev(), out = DeviceTensor(out)] {
+      const T* x = static_cast<const T*>(s.src.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      std::vector<Acc> acc(static_cast<size_t>(s.B));
+      for (int64_t a = 0; a < s.A; ++a) {
+        std::fill(acc.begin(), acc.end(), IsProd ? Acc(1) : Acc(0));
+        for (int64_t r = 0; r < s.R; ++r) {
+          const int64_t base = (a * s.R + r) * s.B;
+          for (int64_t b = 0; b < s.B; ++b) {
+            if constexpr (IsProd) acc[b] *= static_cast<Acc>(x[base + b]);
+            else acc[b] += static_cast<Acc>(x[base + b]);
+            o[base + b] = cvt<T>(acc[b]);
+          }
         }
       }
-    }
+    });
   });
   return out;
 }
@@ -767,27 +795,29 @@ std::tuple<at::Tensor, at::Tensor> cum_extreme(const char* op, const at::Tensor&
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    const T* x = static_cast<const T*>(s.src.data_ptr());
-    T* v = static_cast<T*>(values.data_ptr());
-    int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
-    std::unique_ptr<M[]> best(new M[static_cast<size_t>(s.B)]);  // M may be bool
-    std::unique_ptr<int64_t[]> bi(new int64_t[static_cast<size_t>(s.B)]);
-    for (int64_t a = 0; a < s.A; ++a) {
-      for (int64_t r = 0; r < s.R; ++r) {
-        const int64_t base = (a * s.R + r) * s.B;
-        for (int64_t b = 0; b < s.B; ++b) {
-          const M cur = static_cast<M>(x[base + b]);
-          // ties take the later index, NaN sticks (torch's cummax/cummin)
-          if (r == 0 || is_nan_v<M>(cur) ||
-              (!is_nan_v<M>(best[b]) && (IsMax ? cur >= best[b] : cur <= best[b]))) {
-            best[b] = cur;
-            bi[b] = r;
+    launch(values, [s = s.dev(), values = DeviceTensor(values), indices = DeviceTensor(indices)] {
+      const T* x = static_cast<const T*>(s.src.data_ptr());
+      T* v = static_cast<T*>(values.data_ptr());
+      int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
+      std::unique_ptr<M[]> best(new M[static_cast<size_t>(s.B)]);  // M may be bool
+      std::unique_ptr<int64_t[]> bi(new int64_t[static_cast<size_t>(s.B)]);
+      for (int64_t a = 0; a < s.A; ++a) {
+        for (int64_t r = 0; r < s.R; ++r) {
+          const int64_t base = (a * s.R + r) * s.B;
+          for (int64_t b = 0; b < s.B; ++b) {
+            const M cur = static_cast<M>(x[base + b]);
+            // ties take the later index, NaN sticks (torch's cummax/cummin)
+            if (r == 0 || is_nan_v<M>(cur) ||
+                (!is_nan_v<M>(best[b]) && (IsMax ? cur >= best[b] : cur <= best[b]))) {
+              best[b] = cur;
+              bi[b] = r;
+            }
+            v[base + b] = cvt<T>(best[b]);
+            ix[base + b] = bi[b];
           }
-          v[base + b] = cvt<T>(best[b]);
-          ix[base + b] = bi[b];
         }
       }
-    }
+    });
   });
   return {values, indices};
 }
@@ -822,11 +852,13 @@ at::Tensor k_trace(const at::Tensor& self) {
   dispatch<kAll>(op, self.device(), st, [&](auto tag) {
     using T = ACME_T(tag);
     using A = std::conditional_t<is_floating_v<T>, double, int64_t>;
-    const T* p = static_cast<const T*>(self.data_ptr());
-    A sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += cvt<A>(p[i * step]);
-    if constexpr (is_floating_v<T>) *static_cast<T*>(out.data_ptr()) = cvt<T>(sum);
-    else *static_cast<int64_t*>(out.data_ptr()) = sum;
+    launch(out, [n, step, self = DeviceTensor(self), out = DeviceTensor(out)] {
+      const T* p = static_cast<const T*>(self.data_ptr());
+      A sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += cvt<A>(p[i * step]);
+      if constexpr (is_floating_v<T>) *static_cast<T*>(out.data_ptr()) = cvt<T>(sum);
+      else *static_cast<int64_t*>(out.data_ptr()) = sum;
+    });
   });
   return out;
 }
@@ -841,25 +873,27 @@ at::Tensor k__logcumsumexp(const at::Tensor& self, int64_t dim) {
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using Acc = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, double, float>;
-    const T* x = static_cast<const T*>(s.src.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    auto log_add_exp = [](Acc a, Acc b) -> Acc {
-      const Acc lo = std::isnan(b) ? b : std::min(a, b);
-      const Acc hi = std::isnan(b) ? b : std::max(a, b);
-      if (lo != hi || std::isfinite(lo)) return std::log1p(std::exp(lo - hi)) + hi;
-      return a;
-    };
-    std::vector<Acc> acc(static_cast<size_t>(s.B));
-    for (int64_t a = 0; a < s.A; ++a) {
-      std::fill(acc.begin(), acc.end(), -std::numeric_limits<Acc>::infinity());
-      for (int64_t r = 0; r < s.R; ++r) {
-        const int64_t base = (a * s.R + r) * s.B;
-        for (int64_t b = 0; b < s.B; ++b) {
-          acc[b] = log_add_exp(static_cast<Acc>(static_cast<opmath_t<T>>(x[base + b])), acc[b]);
-          o[base + b] = cvt<T>(acc[b]);
+    launch(out, [s = s.dev(), out = DeviceTensor(out)] {
+      const T* x = static_cast<const T*>(s.src.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      auto log_add_exp = [](Acc a, Acc b) -> Acc {
+        const Acc lo = std::isnan(b) ? b : std::min(a, b);
+        const Acc hi = std::isnan(b) ? b : std::max(a, b);
+        if (lo != hi || std::isfinite(lo)) return std::log1p(std::exp(lo - hi)) + hi;
+        return a;
+      };
+      std::vector<Acc> acc(static_cast<size_t>(s.B));
+      for (int64_t a = 0; a < s.A; ++a) {
+        std::fill(acc.begin(), acc.end(), -std::numeric_limits<Acc>::infinity());
+        for (int64_t r = 0; r < s.R; ++r) {
+          const int64_t base = (a * s.R + r) * s.B;
+          for (int64_t b = 0; b < s.B; ++b) {
+            acc[b] = log_add_exp(static_cast<Acc>(static_cast<opmath_t<T>>(x[base + b])), acc[b]);
+            o[base + b] = cvt<T>(acc[b]);
+          }
         }
       }
-    }
+    });
   });
   return out;
 }
@@ -941,20 +975,43 @@ at::Tensor k_histc(const at::Tensor & self, int64_t bins, const at::Scalar & min
   const at::Tensor x = self.contiguous();
   at::Tensor hist = at::empty({bins}, self.options());
   const int64_t n = x.numel();
+  // The range checks: on the host when the range comes from min/max alone
+  // (outer_edges reads no data then); when it comes from the data (min == max
+  // on a non-empty input) they run in the device part, with the same message,
+  // and are reported at the next synchronization.
+  const std::string self_where = where(self);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T* data = static_cast<const T*>(x.data_ptr());
-    T* out = static_cast<T*>(hist.data_ptr());
     if constexpr (std::is_integral_v<T>) {
-      const auto [lo, hi] = outer_edges<int64_t>(data, n, min.to<int64_t>(), max.to<int64_t>());
-      ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
-      count_integral(data, n, bins, lo, hi, out);
+      const int64_t mn = min.to<int64_t>(), mx = max.to<int64_t>();
+      if (!(mn == mx && n > 0)) {
+        const auto [lo, hi] = outer_edges<int64_t, T>(nullptr, 0, mn, mx);
+        ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
+      }
+      launch(hist, [op, n, bins, mn, mx, self_where, x = DeviceTensor(x), hist = DeviceTensor(hist)] {
+        const T* data = static_cast<const T*>(x.data_ptr());
+        T* out = static_cast<T*>(hist.data_ptr());
+        const auto [lo, hi] = outer_edges<int64_t>(data, n, mn, mx);
+        ACME_CHECK(lo < hi, op, "max must be larger than min", self_where);
+        count_integral(data, n, bins, lo, hi, out);
+      });
     } else {
-      const auto [lo, hi] = outer_edges<double>(data, n, min.to<double>(), max.to<double>());
-      ACME_CHECK_T(std::isfinite(lo) && std::isfinite(hi), op, self, "range of [", lo, ", ", hi,
-                 "] is not finite");
-      ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
-      count_floating(data, n, bins, lo, hi, out);
+      const double mn = min.to<double>(), mx = max.to<double>();
+      if (!(mn == mx && n > 0)) {
+        const auto [lo, hi] = outer_edges<double, T>(nullptr, 0, mn, mx);
+        ACME_CHECK_T(std::isfinite(lo) && std::isfinite(hi), op, self, "range of [", lo, ", ", hi,
+                   "] is not finite");
+        ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
+      }
+      launch(hist, [op, n, bins, mn, mx, self_where, x = DeviceTensor(x), hist = DeviceTensor(hist)] {
+        const T* data = static_cast<const T*>(x.data_ptr());
+        T* out = static_cast<T*>(hist.data_ptr());
+        const auto [lo, hi] = outer_edges<double>(data, n, mn, mx);
+        ACME_CHECK(std::isfinite(lo) && std::isfinite(hi), op, "range of [", lo, ", ", hi,
+                   "] is not finite", self_where);
+        ACME_CHECK(lo < hi, op, "max must be larger than min", self_where);
+        count_floating(data, n, bins, lo, hi, out);
+      });
     }
   });
   return hist;

@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 
@@ -89,7 +90,8 @@ std::pair<int64_t, int64_t> check_cell(const char* op, const at::Tensor& input_g
 // Column sums of a dense [N, G] array into `dst` (a [G] tensor): the bias
 // gradient is the gate gradient summed over the batch.
 template <class Acc>
-void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at::Tensor& dst) {
+void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
+                 const cm::DeviceTensor& dst) {
   std::vector<Acc> s(static_cast<size_t>(G), Acc(0));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) s[g] += src[n * G + g];
@@ -116,6 +118,11 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
   if (N * H == 0) return {hy, cy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(hy, [op, N, H, input_gates = cm::DeviceTensor(input_gates),
+                    hidden_gates = cm::DeviceTensor(hidden_gates), cx = cm::DeviceTensor(cx),
+                    input_bias = cm::DeviceTensor(input_bias),
+                    hidden_bias = cm::DeviceTensor(hidden_bias), hy = cm::DeviceTensor(hy),
+                    cy = cm::DeviceTensor(cy), workspace = cm::DeviceTensor(workspace)] {
     auto ig = nn::load<Acc>(op, input_gates);
     auto hg = nn::load<Acc>(op, hidden_gates);
     auto c0 = nn::load<Acc>(op, cx);
@@ -148,6 +155,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
     hb.finish(op);
     cb.finish(op);
     wb.finish(op);
+    });
   });
   return {hy, cy, workspace};
 }
@@ -182,6 +190,12 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
   }
   nn::dispatch_compute(op, grad_gates, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(grad_gates, [op, N, H, has_bias, grad_hy = cm::DeviceTensor(grad_hy),
+                            grad_cy = cm::DeviceTensor(grad_cy), cx = cm::DeviceTensor(cx),
+                            cy = cm::DeviceTensor(cy), workspace = cm::DeviceTensor(workspace),
+                            grad_gates = cm::DeviceTensor(grad_gates),
+                            grad_cx = cm::DeviceTensor(grad_cx),
+                            grad_bias = cm::DeviceTensor(grad_bias)] {
     nn::Dense<Acc> gh, gc;
     if (grad_hy.defined()) gh = nn::load<Acc>(op, grad_hy);
     if (grad_cy.defined()) gc = nn::load<Acc>(op, grad_cy);
@@ -210,6 +224,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
     if (has_bias) column_sums<Acc>(op, gg.data(), N, 4 * H, grad_bias);
     gg.finish(op);
     gcx.finish(op);
+    });
   });
   return {grad_gates, grad_cx, grad_bias};
 }
@@ -231,6 +246,11 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
   if (N * H == 0) return {hy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(hy, [op, N, H, input_gates = cm::DeviceTensor(input_gates),
+                    hidden_gates = cm::DeviceTensor(hidden_gates), hx = cm::DeviceTensor(hx),
+                    input_bias = cm::DeviceTensor(input_bias),
+                    hidden_bias = cm::DeviceTensor(hidden_bias), hy = cm::DeviceTensor(hy),
+                    workspace = cm::DeviceTensor(workspace)] {
     auto ig = nn::load<Acc>(op, input_gates);
     auto hg = nn::load<Acc>(op, hidden_gates);
     auto h0 = nn::load<Acc>(op, hx);
@@ -263,6 +283,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
     }
     hb.finish(op);
     wb.finish(op);
+    });
   });
   return {hy, workspace};
 }
@@ -293,6 +314,10 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
   }
   nn::dispatch_compute(op, grad_ig, [&](auto tag) {
     using Acc = ACME_T(tag);
+    cm::launch(grad_ig, [op, N, H, has_bias, grad_hy = cm::DeviceTensor(grad_hy),
+                         workspace = cm::DeviceTensor(workspace), grad_ig = cm::DeviceTensor(grad_ig),
+                         grad_hg = cm::DeviceTensor(grad_hg), grad_hx = cm::DeviceTensor(grad_hx),
+                         grad_ib = cm::DeviceTensor(grad_ib), grad_hb = cm::DeviceTensor(grad_hb)] {
     auto gy = nn::load<Acc>(op, grad_hy);
     auto ws = nn::load<Acc>(op, workspace);
     nn::OutBuf<Acc> gi(grad_ig), gh(grad_hg), gx(grad_hx);
@@ -322,6 +347,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G, const at:
     gi.finish(op);
     gh.finish(op);
     gx.finish(op);
+    });
   });
   return {grad_ig, grad_hg, grad_hx, grad_ib, grad_hb};
 }

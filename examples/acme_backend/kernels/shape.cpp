@@ -2,6 +2,9 @@
 // repeat_interleave, clone. All are data movement through acme's strided
 // iterator: a destination "window" (pointer + sizes + strides into the
 // output) receives a source tensor, with dtype conversion where cat promotes.
+// The host part computes shapes, allocates and builds the iterators (device
+// addresses, sizes and strides: no data); the loops are the device parts,
+// queued with launch (common/device.h).
 #include "common/common.h"
 
 #include "kernels.h"
@@ -19,10 +22,12 @@ using namespace acme::common;
 
 namespace {
 
-// dst window (raw pointer, sizes, element strides, dtype) <- src (broadcast to
-// the window's sizes), converting dtype when they differ.
-void copy_window(const char* op, char* dst, at::IntArrayRef sizes, at::IntArrayRef strides,
-                 at::ScalarType dst_dtype, c10::Device device, const at::Tensor& src,
+// dst window (device address, sizes, element strides, dtype) <- src (broadcast
+// to the window's sizes), converting dtype when they differ. The window lies in
+// `on` (the output), whose stream runs the copy. src_ptr, when given, is a
+// device address into src.
+void copy_window(const char* op, const at::Tensor& on, char* dst, at::IntArrayRef sizes,
+                 at::IntArrayRef strides, at::ScalarType dst_dtype, const at::Tensor& src,
                  at::IntArrayRef src_sizes = {}, at::IntArrayRef src_strides = {},
                  const char* src_ptr = nullptr) {
   StridedIter it(sizes);
@@ -34,14 +39,14 @@ void copy_window(const char* op, char* dst, at::IntArrayRef sizes, at::IntArrayR
     it.add(src);
   }
   it.build();
-  dispatch<kAll>(op, device, dst_dtype, [&](auto to) {
+  dispatch<kAll>(op, on.device(), dst_dtype, [&](auto to) {
     using To = ACME_T(to);
     if (src.scalar_type() == dst_dtype) {
-      map1<To, To>(it, [](To v) { return v; });
+      launch(on, [it] { map1<To, To>(it, [](To v) { return v; }); });
     } else {
       dispatch<kAll>(op, src.device(), src.scalar_type(), [&](auto from) {
         using From = ACME_T(from);
-        map1<To, From>(it, [](From v) { return v; });
+        launch(on, [it] { map1<To, From>(it, [](From v) { return v; }); });
       });
     }
   });
@@ -55,8 +60,10 @@ void fill_tensor(const char* op, at::Tensor& t, const at::Scalar& value) {
   dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     const T v = value.to<T>();
-    it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+    launch(t, [it, v] {
+      it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+      });
     });
   });
 }
@@ -95,7 +102,7 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
   }
   shape[dim] = total;
   at::Tensor out = at::empty(shape, ref->options().dtype(dtype));
-  char* base = static_cast<char*>(out.data_ptr());
+  char* base = static_cast<char*>(out.data_ptr());  // device address: windows are offsets from it
   const int64_t esz = out.element_size();
   int64_t offset = 0;
   for (const at::Tensor& t : ts) {
@@ -103,8 +110,7 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
       if (!skipped(t)) offset += t.size(dim);
       continue;
     }
-    copy_window(op, base + offset * out.stride(dim) * esz, t.sizes(), out.strides(), dtype,
-                out.device(), t);
+    copy_window(op, out, base + offset * out.stride(dim) * esz, t.sizes(), out.strides(), dtype, t);
     offset += t.size(dim);
   }
   return out;
@@ -128,10 +134,10 @@ at::Tensor k_stack(at::TensorList tensors, int64_t dim) {
   if (out.numel() == 0) return out;
   std::vector<int64_t> wstr(out.strides().begin(), out.strides().end());
   wstr.erase(wstr.begin() + dim);  // the window of entry i skips the stacked dim
-  char* base = static_cast<char*>(out.data_ptr());
+  char* base = static_cast<char*>(out.data_ptr());  // device address
   for (size_t i = 0; i < tensors.size(); ++i)
-    copy_window(op, base + static_cast<int64_t>(i) * out.stride(dim) * out.element_size(), ref.sizes(),
-                wstr, dtype, out.device(), tensors[i]);
+    copy_window(op, out, base + static_cast<int64_t>(i) * out.stride(dim) * out.element_size(), ref.sizes(),
+                wstr, dtype, tensors[i]);
   return out;
 }
 
@@ -147,6 +153,7 @@ at::Tensor k_flip(const at::Tensor& self, at::IntArrayRef dims) {
   at::Tensor out = at::empty(self.sizes(), self.options());
   if (self.numel() == 0) return out;
   // source viewed from its last element backwards along the flipped dims
+  // (device addresses: only the copy's device part reads through them)
   std::vector<int64_t> str(self.strides().begin(), self.strides().end());
   const char* src = static_cast<const char*>(self.data_ptr());
   for (int64_t d = 0; d < self.dim(); ++d) {
@@ -154,8 +161,8 @@ at::Tensor k_flip(const at::Tensor& self, at::IntArrayRef dims) {
     src += (self.size(d) - 1) * str[d] * self.element_size();
     str[d] = -str[d];
   }
-  copy_window(op, static_cast<char*>(out.data_ptr()), out.sizes(), out.strides(), out.scalar_type(),
-              out.device(), self, self.sizes(), str, src);
+  copy_window(op, out, static_cast<char*>(out.data_ptr()), out.sizes(), out.strides(), out.scalar_type(),
+              self, self.sizes(), str, src);
   return out;
 }
 
@@ -183,16 +190,16 @@ at::Tensor k_roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRe
     // out[s:] = cur[:n-s] ; out[:s] = cur[n-s:]
     std::vector<int64_t> sz(cur.sizes().begin(), cur.sizes().end());
     const int64_t oe = out.element_size();
-    char* ob = static_cast<char*>(out.data_ptr());
+    char* ob = static_cast<char*>(out.data_ptr());  // device addresses
     const char* cb = static_cast<const char*>(cur.data_ptr());
     if (n - s > 0) {
       sz[d] = n - s;
-      copy_window(op, ob + s * out.stride(d) * oe, sz, out.strides(), out.scalar_type(), out.device(),
+      copy_window(op, out, ob + s * out.stride(d) * oe, sz, out.strides(), out.scalar_type(),
                   cur, sz, cur.strides(), cb);
     }
     if (s > 0) {
       sz[d] = s;
-      copy_window(op, ob, sz, out.strides(), out.scalar_type(), out.device(), cur, sz, cur.strides(),
+      copy_window(op, out, ob, sz, out.strides(), out.scalar_type(), cur, sz, cur.strides(),
                   cb + (n - s) * cur.stride(d) * oe);
     }
     cur = out;
@@ -227,7 +234,7 @@ at::Tensor k_repeat(const at::Tensor& self, at::IntArrayRef repeats) {
     vin.push_back(0);
     vin.push_back(in_st[d]);
   }
-  copy_window(op, static_cast<char*>(out.data_ptr()), vsz, vout, out.scalar_type(), out.device(), self,
+  copy_window(op, out, static_cast<char*>(out.data_ptr()), vsz, vout, out.scalar_type(), self,
               vsz, vin, static_cast<const char*>(self.data_ptr()));
   return out;
 }
@@ -244,19 +251,21 @@ at::Tensor tri(const char* op, const at::Tensor& self, int64_t diagonal, bool lo
   at::Tensor in = self.is_contiguous() ? self : at::empty(self.sizes(), self.options());
   if (!self.is_contiguous()) convert_into(op, in, self);
   const int64_t esz = self.element_size();
-  const char* ip = static_cast<const char*>(in.data_ptr());
-  char* op_ = static_cast<char*>(out.data_ptr());
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < R; ++i) {
-      const int64_t off = (b * R + i) * C * esz;
-      // columns kept: tril j <= i + diagonal ; triu j >= i + diagonal
-      int64_t lo = lower ? 0 : std::clamp<int64_t>(i + diagonal, 0, C);
-      int64_t hi = lower ? std::clamp<int64_t>(i + diagonal + 1, 0, C) : C;
-      if (lo > 0) std::memset(op_ + off, 0, static_cast<size_t>(lo * esz));  // zero bits are 0 in every dtype
-      if (hi > lo) std::memcpy(op_ + off + lo * esz, ip + off + lo * esz, static_cast<size_t>((hi - lo) * esz));
-      if (hi < C) std::memset(op_ + off + hi * esz, 0, static_cast<size_t>((C - hi) * esz));
+  launch(out, [batch, R, C, esz, diagonal, lower, in = DeviceTensor(in), out = DeviceTensor(out)] {
+    const char* ip = static_cast<const char*>(in.const_data_ptr());
+    char* op_ = static_cast<char*>(out.data_ptr());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < R; ++i) {
+        const int64_t off = (b * R + i) * C * esz;
+        // columns kept: tril j <= i + diagonal ; triu j >= i + diagonal
+        int64_t lo = lower ? 0 : std::clamp<int64_t>(i + diagonal, 0, C);
+        int64_t hi = lower ? std::clamp<int64_t>(i + diagonal + 1, 0, C) : C;
+        if (lo > 0) std::memset(op_ + off, 0, static_cast<size_t>(lo * esz));  // zero bits are 0 in every dtype
+        if (hi > lo) std::memcpy(op_ + off + lo * esz, ip + off + lo * esz, static_cast<size_t>((hi - lo) * esz));
+        if (hi < C) std::memset(op_ + off + hi * esz, 0, static_cast<size_t>((C - hi) * esz));
+      }
     }
-  }
+  });
   (void)src;
   return out;
 }
@@ -293,7 +302,7 @@ at::Tensor k_constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const 
   fill_tensor(op, out, value);
   // copy the part of the input that survives (negative pads crop)
   std::vector<int64_t> csz(static_cast<size_t>(nd));
-  const char* ip = static_cast<const char*>(self.data_ptr());
+  const char* ip = static_cast<const char*>(self.data_ptr());  // device addresses
   char* opp = static_cast<char*>(out.data_ptr());
   const int64_t esz = self.element_size();
   for (int64_t d = 0; d < nd; ++d) {
@@ -306,7 +315,7 @@ at::Tensor k_constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const 
   int64_t cn = 1;
   for (int64_t s : csz) cn *= s;
   if (cn > 0)
-    copy_window(op, opp, csz, out.strides(), out.scalar_type(), out.device(), self, csz, self.strides(), ip);
+    copy_window(op, out, opp, csz, out.strides(), out.scalar_type(), self, csz, self.strides(), ip);
   return out;
 }
 
@@ -381,15 +390,17 @@ at::Tensor pad_mapped(const char* op, const at::Tensor& self, at::IntArrayRef pa
   at::Tensor in = contiguous_copy(op, self);
   at::Tensor out = at::empty(g.out_sizes, self.options());
   const int64_t esz = self.element_size();
-  const char* ip = static_cast<const char*>(in.data_ptr());
-  char* opp = static_cast<char*>(out.data_ptr());
-  int64_t o = 0;
-  for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t d = 0; d < g.Do; ++d)
-      for (int64_t i = 0; i < g.Ho; ++i)
-        for (int64_t j = 0; j < g.Wo; ++j, ++o)
-          std::memcpy(opp + o * esz, ip + (((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]) * esz,
-                      static_cast<size_t>(esz));
+  launch(out, [g, esz, in = DeviceTensor(in), out = DeviceTensor(out)] {
+    const char* ip = static_cast<const char*>(in.const_data_ptr());
+    char* opp = static_cast<char*>(out.data_ptr());
+    int64_t o = 0;
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t d = 0; d < g.Do; ++d)
+        for (int64_t i = 0; i < g.Ho; ++i)
+          for (int64_t j = 0; j < g.Wo; ++j, ++o)
+            std::memcpy(opp + o * esz, ip + (((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]) * esz,
+                        static_cast<size_t>(esz));
+  });
   return out;
 }
 
@@ -405,16 +416,18 @@ at::Tensor pad_mapped_backward(const char* op, const at::Tensor& grad_output, co
   dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    std::vector<M> acc(static_cast<size_t>(gi.numel()), M(0));
-    const T* gp = static_cast<const T*>(go.data_ptr());
-    int64_t o = 0;
-    for (int64_t b = 0; b < g.batch; ++b)
-      for (int64_t d = 0; d < g.Do; ++d)
-        for (int64_t i = 0; i < g.Ho; ++i)
-          for (int64_t j = 0; j < g.Wo; ++j, ++o)
-            acc[((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]] += static_cast<M>(gp[o]);
-    T* out = static_cast<T*>(gi.data_ptr());
-    for (size_t k = 0; k < acc.size(); ++k) out[k] = cvt<T>(acc[k]);
+    launch(gi, [g, go = DeviceTensor(go), gi = DeviceTensor(gi)] {
+      std::vector<M> acc(static_cast<size_t>(gi.numel()), M(0));
+      const T* gp = go.const_data_ptr<T>();
+      int64_t o = 0;
+      for (int64_t b = 0; b < g.batch; ++b)
+        for (int64_t d = 0; d < g.Do; ++d)
+          for (int64_t i = 0; i < g.Ho; ++i)
+            for (int64_t j = 0; j < g.Wo; ++j, ++o)
+              acc[((b * g.D + g.dmap[d]) * g.H + g.hmap[i]) * g.W + g.wmap[j]] += static_cast<M>(gp[o]);
+      T* out = gi.data_ptr<T>();
+      for (size_t k = 0; k < acc.size(); ++k) out[k] = cvt<T>(acc[k]);
+    });
   });
   return gi;
 }
@@ -482,21 +495,57 @@ at::Tensor k_repeat_interleave_Tensor(const at::Tensor& repeats, std::optional<i
   at::Tensor r = repeats.is_contiguous() && repeats.scalar_type() == at::kLong
                      ? repeats : at::empty(repeats.sizes(), repeats.options().dtype(at::kLong));
   if (!r.is_same(repeats)) convert_into(op, r, repeats);
-  const int64_t* rp = static_cast<const int64_t*>(r.data_ptr());
+  // With a (non-negative) output_size the output's length is known: the device
+  // part checks the repeats against it before writing (reported at the next
+  // synchronize). Otherwise the length is the sum of the repeats: summed on the
+  // device, with a flag for a negative repeat, and read by the host (a host
+  // wait, as CUDA's repeat_interleave without output_size).
+  const bool check_on_device = output_size.has_value() && *output_size >= 0;
   int64_t total = 0;
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    ACME_CHECK(rp[i] >= 0, op, "repeats can not be negative");
-    total += rp[i];
+  if (check_on_device) {
+    total = *output_size;
+  } else if (r.numel() > 0) {
+    at::Tensor sum = at::empty({2}, repeats.options().dtype(at::kLong));  // {sum, any negative}
+    launch(sum, [r = DeviceTensor(r), sum = DeviceTensor(sum)] {
+      const int64_t* rp = r.const_data_ptr<int64_t>();
+      int64_t acc = 0, negative = 0;
+      for (int64_t i = 0; i < r.numel(); ++i) {
+        if (rp[i] < 0) {
+          negative = 1;
+          break;
+        }
+        acc += rp[i];
+      }
+      int64_t* res = sum.data_ptr<int64_t>();
+      res[0] = acc;
+      res[1] = negative;
+    });
+    int64_t res[2] = {0, 0};
+    read_on_host(op, sum, sum.const_data_ptr(), res, 2);
+    ACME_CHECK(res[1] == 0, op, "repeats can not be negative");
+    total = res[0];
   }
-  if (output_size) ACME_CHECK(*output_size == total, op, "output_size ", *output_size,
-                              " does not match the sum of repeats ", total);
+  if (output_size && !check_on_device)
+    ACME_CHECK(*output_size == total, op, "output_size ", *output_size,
+               " does not match the sum of repeats ", total);
   at::Tensor out = at::empty({total}, repeats.options());
   dispatch<kI64 | kI32>(op, out.device(), out.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* o = static_cast<T*>(out.data_ptr());
-    int64_t k = 0;
-    for (int64_t i = 0; i < r.numel(); ++i)
-      for (int64_t j = 0; j < rp[i]; ++j) o[k++] = static_cast<T>(i);
+    launch(out, [op, check_on_device, total, r = DeviceTensor(r), out = DeviceTensor(out)] {
+      const int64_t* rp = r.const_data_ptr<int64_t>();
+      if (check_on_device) {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < r.numel(); ++i) {
+          ACME_CHECK(rp[i] >= 0, op, "repeats can not be negative");
+          sum += rp[i];
+        }
+        ACME_CHECK(total == sum, op, "output_size ", total, " does not match the sum of repeats ", sum);
+      }
+      T* o = out.data_ptr<T>();
+      int64_t k = 0;
+      for (int64_t i = 0; i < r.numel(); ++i)
+        for (int64_t j = 0; j < rp[i]; ++j) o[k++] = static_cast<T>(i);
+    });
   });
   return out;
 }
@@ -514,7 +563,9 @@ at::Tensor k_clone(const at::Tensor& self, std::optional<at::MemoryFormat> memor
   }
   if (self.numel() == 0) return out;
   if (self.is_contiguous() && out.is_contiguous()) {
-    std::memcpy(out.data_ptr(), self.data_ptr(), static_cast<size_t>(self.nbytes()));
+    launch(out, [nbytes = static_cast<size_t>(self.nbytes()), self = DeviceTensor(self), out = DeviceTensor(out)] {
+      std::memcpy(out.data_ptr(), self.const_data_ptr(), nbytes);
+    });
     return out;
   }
   convert_into(op, out, self);
@@ -567,15 +618,17 @@ at::Tensor k_unfold_backward(const at::Tensor& grad_in, at::IntArrayRef input_si
   dispatch<kFloating>(op, grad_in.device(), grad_in.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    std::vector<M> acc(static_cast<size_t>(A * N * B), M(0));
-    const T* gp = static_cast<const T*>(g.data_ptr());
-    for (int64_t a = 0; a < A; ++a)
-      for (int64_t w = 0; w < nwin; ++w)
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t k = 0; k < size; ++k)
-            acc[(a * N + w * step + k) * B + b] += static_cast<M>(gp[((a * nwin + w) * B + b) * size + k]);
-    T* o = static_cast<T*>(out.data_ptr());
-    for (size_t i = 0; i < acc.size(); ++i) o[i] = cvt<T>(acc[i]);
+    launch(out, [A, N, B, nwin, size, step, g = DeviceTensor(g), out = DeviceTensor(out)] {
+      std::vector<M> acc(static_cast<size_t>(A * N * B), M(0));
+      const T* gp = g.const_data_ptr<T>();
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t w = 0; w < nwin; ++w)
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t k = 0; k < size; ++k)
+              acc[(a * N + w * step + k) * B + b] += static_cast<M>(gp[((a * nwin + w) * B + b) * size + k]);
+      T* o = out.data_ptr<T>();
+      for (size_t i = 0; i < acc.size(); ++i) o[i] = cvt<T>(acc[i]);
+    });
   });
   return out;
 }
@@ -597,12 +650,14 @@ at::Tensor k_channel_shuffle(const at::Tensor& self, int64_t groups) {
   if (out.numel() == 0) return out;
   const int64_t per = C / groups, inner = self.numel() / (N * C);
   const size_t row = static_cast<size_t>(inner * self.element_size());
-  const char* ip = static_cast<const char*>(in.data_ptr());
-  char* opp = static_cast<char*>(out.data_ptr());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < per; ++i)
-      for (int64_t j = 0; j < groups; ++j)
-        std::memcpy(opp + (n * C + i * groups + j) * row, ip + (n * C + j * per + i) * row, row);
+  launch(out, [N, C, per, groups, row, in = DeviceTensor(in), out = DeviceTensor(out)] {
+    const char* ip = static_cast<const char*>(in.const_data_ptr());
+    char* opp = static_cast<char*>(out.data_ptr());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < per; ++i)
+        for (int64_t j = 0; j < groups; ++j)
+          std::memcpy(opp + (n * C + i * groups + j) * row, ip + (n * C + j * per + i) * row, row);
+  });
   return out;
 }
 

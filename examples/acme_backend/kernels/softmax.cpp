@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/device.h"
 #include "common/parallel.h"
 #include "kernels.h"
 #include "nn_buffers.h"
@@ -90,13 +91,14 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
   // float64 in or out computes in double, everything else in float.
   const at::Tensor& compute_ref =
       out_dtype == c10::ScalarType::Double ? out : self;
+  // float rows on an AVX2/AVX-512 host: one vectorized pass per step (vec_math.h)
+  const auto row_fn = vec::row_f32();
   nn::dispatch_compute(op, compute_ref, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
+    cm::launch(out, [op, ax, kind, row_fn, in = cm::DeviceTensor(self), res = cm::DeviceTensor(out)] {
+    auto x = nn::load<Acc>(op, in);
+    nn::OutBuf<Acc> ob(res);
     const int64_t D = ax.D, inner = ax.inner;
-    // float rows on an AVX2/AVX-512 host: one vectorized pass per step (vec_math.h)
-    const auto row_fn = vec::row_f32();
     const Acc* xd = x.data();
     Acc* od = ob.data();
     for_rows(ax, [&](int64_t r0, int64_t r1) {
@@ -118,6 +120,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
       }
     });
     ob.finish(op);
+    });
   });
   return out;
 }
@@ -150,9 +153,11 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto g = nn::load<Acc>(op, grad_output);
-    auto y = nn::load<Acc>(op, output);
-    nn::OutBuf<Acc> ob(gi);
+    cm::launch(gi, [op, ax, log, go = cm::DeviceTensor(grad_output), yo = cm::DeviceTensor(output),
+                res = cm::DeviceTensor(gi)] {
+    auto g = nn::load<Acc>(op, go);
+    auto y = nn::load<Acc>(op, yo);
+    nn::OutBuf<Acc> ob(res);
     const int64_t D = ax.D, inner = ax.inner;
     for_rows(ax, [&](int64_t r0, int64_t r1) {
       std::vector<Acc> gr(inner == 1 ? 0 : D), yr(inner == 1 ? 0 : D), rr(inner == 1 ? 0 : D);
@@ -187,6 +192,7 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
       }
     });
     ob.finish(op);
+    });
   });
   return gi;
 }

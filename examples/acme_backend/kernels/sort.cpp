@@ -36,9 +36,16 @@ bool less_nan_last(M a, M b) {
   return a < b;
 }
 
+// What the device part knows of Lines: the same geometry, src as a DeviceTensor.
+struct DevLines {
+  DeviceTensor src;  // contiguous
+  int64_t A = 1, N = 1, B = 1;
+};
+
 struct Lines {
   at::Tensor src;  // contiguous
   int64_t A = 1, N = 1, B = 1;
+  DevLines dev() const { return {DeviceTensor(src), A, N, B}; }
 };
 
 Lines lines_of(const char* op, const at::Tensor& self, int64_t dim) {
@@ -58,9 +65,9 @@ Lines lines_of(const char* op, const at::Tensor& self, int64_t dim) {
 }
 
 // Calls f(line, a, b) for every line, with line = vector<(value, index)>
-// already filled; T is the element type.
+// already filled; T is the element type. Device part.
 template <class T, class F>
-void for_lines(const Lines& l, F f) {
+void for_lines(const DevLines& l, F f) {
   using M = opmath_t<T>;
   const T* x = static_cast<const T*>(l.src.data_ptr());
   std::vector<std::pair<M, int64_t>> line(static_cast<size_t>(l.N));
@@ -99,14 +106,17 @@ std::tuple<at::Tensor, at::Tensor> sorted_prefix(const char* op, const at::Tenso
   at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* v = static_cast<T*>(values.data_ptr());
-    int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
-    for_lines<T>(l, [&](auto& line, int64_t a, int64_t b) {
-      sort_line(line, descending);
-      for (int64_t i = 0; i < k; ++i) {
-        v[(a * k + i) * l.B + b] = cvt<T>(line[i].first);
-        ix[(a * k + i) * l.B + b] = line[i].second;
-      }
+    launch(values, [k, descending, l = l.dev(), values = DeviceTensor(values),
+                    indices = DeviceTensor(indices)] {
+      T* v = static_cast<T*>(values.data_ptr());
+      int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
+      for_lines<T>(l, [&](auto& line, int64_t a, int64_t b) {
+        sort_line(line, descending);
+        for (int64_t i = 0; i < k; ++i) {
+          v[(a * k + i) * l.B + b] = cvt<T>(line[i].first);
+          ix[(a * k + i) * l.B + b] = line[i].second;
+        }
+      });
     });
   });
   return {values, indices};
@@ -147,17 +157,20 @@ std::tuple<at::Tensor, at::Tensor> k_topk(const at::Tensor& self, int64_t k, int
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     if constexpr (!std::is_same_v<T, bool>) {
-      const T* x = static_cast<const T*>(l.src.data_ptr());
-      T* v = static_cast<T*>(values.data_ptr());
-      int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
-      // the B lines of one `a` at once: consecutive lines are one element apart
-      const int64_t strides[3] = {sizeof(T), sizeof(int64_t), sizeof(T)};
-      for (int64_t a = 0; a < l.A; ++a) {
-        char* data[3] = {reinterpret_cast<char*>(v + a * k * l.B), reinterpret_cast<char*>(ix + a * k * l.B),
-                         reinterpret_cast<char*>(const_cast<T*>(x + a * l.N * l.B))};
-        at::native::topk_impl_loop<T, opmath_t<T>>(l.B, l.B, l.B, k, l.N, largest, sorted, data, strides,
-                                                    l.B);
-      }
+      launch(values, [k, largest, sorted, l = l.dev(), values = DeviceTensor(values),
+                      indices = DeviceTensor(indices)] {
+        const T* x = static_cast<const T*>(l.src.data_ptr());
+        T* v = static_cast<T*>(values.data_ptr());
+        int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
+        // the B lines of one `a` at once: consecutive lines are one element apart
+        const int64_t strides[3] = {sizeof(T), sizeof(int64_t), sizeof(T)};
+        for (int64_t a = 0; a < l.A; ++a) {
+          char* data[3] = {reinterpret_cast<char*>(v + a * k * l.B), reinterpret_cast<char*>(ix + a * k * l.B),
+                           reinterpret_cast<char*>(const_cast<T*>(x + a * l.N * l.B))};
+          at::native::topk_impl_loop<T, opmath_t<T>>(l.B, l.B, l.B, k, l.N, largest, sorted, data, strides,
+                                                      l.B);
+        }
+      });
     }
   });
   return {values, indices};
@@ -176,12 +189,14 @@ std::tuple<at::Tensor, at::Tensor> select_per_line(const char* op, const at::Ten
   at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    T* v = static_cast<T*>(values.data_ptr());
-    int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
-    for_lines<T>(l, [&](auto& line, int64_t a, int64_t b) {
-      auto r = pick(line);
-      v[a * l.B + b] = cvt<T>(r.first);
-      ix[a * l.B + b] = r.second;
+    launch(values, [pick, l = l.dev(), values = DeviceTensor(values), indices = DeviceTensor(indices)] {
+      T* v = static_cast<T*>(values.data_ptr());
+      int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
+      for_lines<T>(l, [&](auto& line, int64_t a, int64_t b) {
+        auto r = pick(line);
+        v[a * l.B + b] = cvt<T>(r.first);
+        ix[a * l.B + b] = r.second;
+      });
     });
   });
   return {values, indices};
@@ -219,7 +234,9 @@ at::Tensor k_median(const at::Tensor& self) {
     at::Tensor out = at::empty({}, self.options());
     dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
-      *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+      launch(out, [out = DeviceTensor(out)] {
+        *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+      });
     });
     return out;
   }
@@ -253,7 +270,9 @@ at::Tensor k_nanmedian(const at::Tensor& self) {
     at::Tensor out = at::empty({}, self.options());
     dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
       using T = ACME_T(tag);
-      *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+      launch(out, [out = DeviceTensor(out)] {
+        *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+      });
     });
     return out;
   }
@@ -303,31 +322,36 @@ at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at:
                ", but got ", nb);
   }
   at::Tensor out = at::empty(values.sizes(), values.options().dtype(out_int32 ? at::kInt : at::kLong));
-  const int64_t* sp = has_sorter ? static_cast<const int64_t*>(st.data_ptr()) : nullptr;
-  if (sp) {
-    for (int64_t k = 0; k < st.numel(); ++k)
-      ACME_CHECK_INDEX(sp[k] >= 0 && sp[k] < nb, op, "sorter index out of range");
-  }
   dispatch<kAllNoBool>(op, values.device(), common, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    const T* b = static_cast<const T*>(bd.data_ptr());
-    const T* v = static_cast<const T*>(in.data_ptr());
-    for (int64_t i = 0; i < in.numel(); ++i) {
-      const int64_t row = is_1d ? 0 : (i / row_in) * nb;
-      const M val = static_cast<M>(v[i]);
-      int64_t lo = row, hi = row + nb;
-      while (lo < hi) {
-        const int64_t mid = lo + ((hi - lo) >> 1);
-        const M m = static_cast<M>(sp ? b[sp[mid] + row] : b[mid]);
-        const bool go_right = right ? !(m > val) : !(m >= val);
-        if (go_right) lo = mid + 1;
-        else hi = mid;
+    launch(out, [op, has_sorter, is_1d, right, out_int32, nb, row_in, st = DeviceTensor(st),
+                 bd = DeviceTensor(bd), in = DeviceTensor(in), out = DeviceTensor(out)] {
+      // the sorter's indices are data: checked here, on the device (reported
+      // at the next synchronization)
+      const int64_t* sp = has_sorter ? static_cast<const int64_t*>(st.data_ptr()) : nullptr;
+      if (sp) {
+        for (int64_t k = 0; k < st.numel(); ++k)
+          ACME_CHECK_INDEX(sp[k] >= 0 && sp[k] < nb, op, "sorter index out of range");
       }
-      const int64_t pos = lo - row;
-      if (out_int32) static_cast<int32_t*>(out.data_ptr())[i] = static_cast<int32_t>(pos);
-      else static_cast<int64_t*>(out.data_ptr())[i] = pos;
-    }
+      const T* b = static_cast<const T*>(bd.data_ptr());
+      const T* v = static_cast<const T*>(in.data_ptr());
+      for (int64_t i = 0; i < in.numel(); ++i) {
+        const int64_t row = is_1d ? 0 : (i / row_in) * nb;
+        const M val = static_cast<M>(v[i]);
+        int64_t lo = row, hi = row + nb;
+        while (lo < hi) {
+          const int64_t mid = lo + ((hi - lo) >> 1);
+          const M m = static_cast<M>(sp ? b[sp[mid] + row] : b[mid]);
+          const bool go_right = right ? !(m > val) : !(m >= val);
+          if (go_right) lo = mid + 1;
+          else hi = mid;
+        }
+        const int64_t pos = lo - row;
+        if (out_int32) static_cast<int32_t*>(out.data_ptr())[i] = static_cast<int32_t>(pos);
+        else static_cast<int64_t*>(out.data_ptr())[i] = pos;
+      }
+    });
   });
   return out;
 }
@@ -357,7 +381,7 @@ at::Tensor k_searchsorted_Scalar(const at::Tensor& sorted_sequence, const at::Sc
   at::Tensor v = at::empty({}, sorted_sequence.options().dtype(self.type()));
   dispatch<kAllNoBool>(op, sorted_sequence.device(), v.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    *static_cast<T*>(v.data_ptr()) = self.to<T>();
+    launch(v, [x = self.to<T>(), v = DeviceTensor(v)] { *static_cast<T*>(v.data_ptr()) = x; });
   });
   v.unsafeGetTensorImpl()->set_wrapped_number(true);
   return search_sorted(op, sorted_sequence, v, out_int32, search_side(op, right, side), sorter);
@@ -384,21 +408,23 @@ at::Tensor k_isin_Tensor_Tensor(const at::Tensor& elements, const at::Tensor& te
   dispatch<kAllNoBool>(op, elements.device(), common, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    const T* tp = static_cast<const T*>(te.data_ptr());
-    std::vector<M> tests;
-    tests.reserve(static_cast<size_t>(te.numel()));
-    for (int64_t i = 0; i < te.numel(); ++i) {
-      const M v = static_cast<M>(tp[i]);
-      if (!isnan_m(v)) tests.push_back(v);
-    }
-    std::sort(tests.begin(), tests.end());
-    const T* ep = static_cast<const T*>(el.data_ptr());
-    bool* o = static_cast<bool*>(out.data_ptr());
-    for (int64_t i = 0; i < el.numel(); ++i) {
-      const M v = static_cast<M>(ep[i]);
-      const bool found = !isnan_m(v) && std::binary_search(tests.begin(), tests.end(), v);
-      o[i] = found != invert;
-    }
+    launch(out, [invert, el = DeviceTensor(el), te = DeviceTensor(te), out = DeviceTensor(out)] {
+      const T* tp = static_cast<const T*>(te.data_ptr());
+      std::vector<M> tests;
+      tests.reserve(static_cast<size_t>(te.numel()));
+      for (int64_t i = 0; i < te.numel(); ++i) {
+        const M v = static_cast<M>(tp[i]);
+        if (!isnan_m(v)) tests.push_back(v);
+      }
+      std::sort(tests.begin(), tests.end());
+      const T* ep = static_cast<const T*>(el.data_ptr());
+      bool* o = static_cast<bool*>(out.data_ptr());
+      for (int64_t i = 0; i < el.numel(); ++i) {
+        const M v = static_cast<M>(ep[i]);
+        const bool found = !isnan_m(v) && std::binary_search(tests.begin(), tests.end(), v);
+        o[i] = found != invert;
+      }
+    });
   });
   return out;
 }

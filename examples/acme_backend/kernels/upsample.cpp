@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
 
@@ -228,27 +229,32 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    const int64_t P = N * C;
-    // along W first, then along H, as PyTorch; a dim whose size does not change
-    // is copied, not resampled (PyTorch skips its pass)
-    std::vector<Acc> mid;
-    const Acc* rows = x.data();
-    if (W != Wo) {
-      mid.resize(static_cast<size_t>(P * H * Wo));
-      aa_pass(aa_map<Acc>(W, Wo, align_corners, scales_w, filter), x.data(), mid.data(), P * H, Wo,
-              1, W, 1, Wo);
-      rows = mid.data();
-    }
-    if (H != Ho) {
-      const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
-      for (int64_t pl = 0; pl < P; ++pl)
-        aa_pass(mh, rows + pl * H * Wo, ob.data() + pl * Ho * Wo, Wo, Ho, Wo, 1, Wo, 1);
-    } else {
-      std::copy(rows, rows + P * H * Wo, ob.data());
-    }
-    ob.finish(op);
+    // the filter maps depend on sizes only: built here, used by the device part
+    AaMap<Acc> mw, mh;
+    if (W != Wo) mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
+    if (H != Ho) mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
+    cm::launch(out, [op, N, C, H, W, Ho, Wo, mw, mh, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      const int64_t P = N * C;
+      // along W first, then along H, as PyTorch; a dim whose size does not change
+      // is copied, not resampled (PyTorch skips its pass)
+      std::vector<Acc> mid;
+      const Acc* rows = x.data();
+      if (W != Wo) {
+        mid.resize(static_cast<size_t>(P * H * Wo));
+        aa_pass(mw, x.data(), mid.data(), P * H, Wo, 1, W, 1, Wo);
+        rows = mid.data();
+      }
+      if (H != Ho) {
+        for (int64_t pl = 0; pl < P; ++pl)
+          aa_pass(mh, rows + pl * H * Wo, ob.data() + pl * Ho * Wo, Wo, Ho, Wo, 1, Wo, 1);
+      } else {
+        std::copy(rows, rows + P * H * Wo, ob.data());
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -266,25 +272,28 @@ at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArr
     using Acc = ACME_T(tag);
     const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
     const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
-    auto g = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* src = g.data() + pl * Ho * Wo;
-      Acc* d = ob.data() + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const Acc* wy = mh.w.data() + oh * mh.K;
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const Acc* wx = mw.w.data() + ow * mw.K;
-          const Acc v = src[oh * Wo + ow];
-          for (int64_t y = 0; y < mh.xsize[oh]; ++y) {
-            Acc* row = d + (mh.xmin[oh] + y) * W + mw.xmin[ow];
-            for (int64_t x = 0; x < mw.xsize[ow]; ++x) row[x] += wx[x] * wy[y] * v;
+    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+                    gi = cm::DeviceTensor(gi)] {
+      auto g = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* src = g.data() + pl * Ho * Wo;
+        Acc* d = ob.data() + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const Acc* wy = mh.w.data() + oh * mh.K;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const Acc* wx = mw.w.data() + ow * mw.K;
+            const Acc v = src[oh * Wo + ow];
+            for (int64_t y = 0; y < mh.xsize[oh]; ++y) {
+              Acc* row = d + (mh.xmin[oh] + y) * W + mw.xmin[ow];
+              for (int64_t x = 0; x < mw.xsize[ow]; ++x) row[x] += wx[x] * wy[y] * v;
+            }
           }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -303,26 +312,29 @@ at::Tensor k_upsample_bicubic2d(const at::Tensor& self, at::IntArrayRef output_s
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* in = x.data() + pl * H * W;
-      Acc* o = ob.data() + pl * Ho * Wo;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const auto& h = mh[oh];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const auto& w = mw[ow];
-          Acc acc = 0;
-          for (int r = 0; r < 4; ++r) {  // each row interpolated along x, then the rows along y
-            const Acc* row = in + h.i[r] * W;
-            acc += h.w[r] * (w.w[0] * row[w.i[0]] + w.w[1] * row[w.i[1]] + w.w[2] * row[w.i[2]] +
-                             w.w[3] * row[w.i[3]]);
+    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* in = x.data() + pl * H * W;
+        Acc* o = ob.data() + pl * Ho * Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const auto& h = mh[oh];
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const auto& w = mw[ow];
+            Acc acc = 0;
+            for (int r = 0; r < 4; ++r) {  // each row interpolated along x, then the rows along y
+              const Acc* row = in + h.i[r] * W;
+              acc += h.w[r] * (w.w[0] * row[w.i[0]] + w.w[1] * row[w.i[1]] + w.w[2] * row[w.i[2]] +
+                               w.w[3] * row[w.i[3]]);
+            }
+            o[oh * Wo + ow] = acc;
           }
-          o[oh * Wo + ow] = acc;
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -340,23 +352,26 @@ at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    auto g = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* src = g.data() + pl * Ho * Wo;
-      Acc* d = ob.data() + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const auto& h = mh[oh];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const auto& w = mw[ow];
-          const Acc v = src[oh * Wo + ow];
-          for (int r = 0; r < 4; ++r)
-            for (int c = 0; c < 4; ++c) d[h.i[r] * W + w.i[c]] += v * h.w[r] * w.w[c];
+    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+                    gi = cm::DeviceTensor(gi)] {
+      auto g = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* src = g.data() + pl * Ho * Wo;
+        Acc* d = ob.data() + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const auto& h = mh[oh];
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const auto& w = mw[ow];
+            const Acc v = src[oh * Wo + ow];
+            for (int r = 0; r < 4; ++r)
+              for (int c = 0; c < 4; ++c) d[h.i[r] * W + w.i[c]] += v * h.w[r] * w.w[c];
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -372,15 +387,18 @@ at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_s
   const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* in = x.data() + pl * H * W;
-      Acc* o = ob.data() + pl * Ho * Wo;
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) o[oh * Wo + ow] = in[mh[oh] * W + mw[ow]];
-    }
-    ob.finish(op);
+    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* in = x.data() + pl * H * W;
+        Acc* o = ob.data() + pl * Ho * Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) o[oh * Wo + ow] = in[mh[oh] * W + mw[ow]];
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -397,16 +415,19 @@ at::Tensor k_upsample_nearest2d_backward(const at::Tensor& grad_output,
   const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto g = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* src = g.data() + pl * Ho * Wo;
-      Acc* dst = ob.data() + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) dst[mh[oh] * W + mw[ow]] += src[oh * Wo + ow];
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+                    gi = cm::DeviceTensor(gi)] {
+      auto g = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* src = g.data() + pl * Ho * Wo;
+        Acc* dst = ob.data() + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) dst[mh[oh] * W + mw[ow]] += src[oh * Wo + ow];
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -423,21 +444,24 @@ at::Tensor k_upsample_bilinear2d(const at::Tensor& self, at::IntArrayRef output_
     using Acc = ACME_T(tag);
     const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* in = x.data() + pl * H * W;
-      Acc* o = ob.data() + pl * Ho * Wo;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const auto& h = mh[oh];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const auto& w = mw[ow];
-          o[oh * Wo + ow] = h.l0 * (w.l0 * in[h.i0 * W + w.i0] + w.l1 * in[h.i0 * W + w.i1]) +
-                            h.l1 * (w.l0 * in[h.i1 * W + w.i0] + w.l1 * in[h.i1 * W + w.i1]);
+    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
+                     out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* in = x.data() + pl * H * W;
+        Acc* o = ob.data() + pl * Ho * Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const auto& h = mh[oh];
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const auto& w = mw[ow];
+            o[oh * Wo + ow] = h.l0 * (w.l0 * in[h.i0 * W + w.i0] + w.l1 * in[h.i0 * W + w.i1]) +
+                              h.l1 * (w.l0 * in[h.i1 * W + w.i0] + w.l1 * in[h.i1 * W + w.i1]);
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -455,25 +479,28 @@ at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
     using Acc = ACME_T(tag);
     const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
-    auto g = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    for (int64_t pl = 0; pl < N * C; ++pl) {
-      const Acc* src = g.data() + pl * Ho * Wo;
-      Acc* d = ob.data() + pl * H * W;
-      for (int64_t oh = 0; oh < Ho; ++oh) {
-        const auto& h = mh[oh];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const auto& w = mw[ow];
-          const Acc v = src[oh * Wo + ow];
-          d[h.i0 * W + w.i0] += h.l0 * w.l0 * v;
-          d[h.i0 * W + w.i1] += h.l0 * w.l1 * v;
-          d[h.i1 * W + w.i0] += h.l1 * w.l0 * v;
-          d[h.i1 * W + w.i1] += h.l1 * w.l1 * v;
+    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+                    gi = cm::DeviceTensor(gi)] {
+      auto g = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      for (int64_t pl = 0; pl < N * C; ++pl) {
+        const Acc* src = g.data() + pl * Ho * Wo;
+        Acc* d = ob.data() + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const auto& h = mh[oh];
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const auto& w = mw[ow];
+            const Acc v = src[oh * Wo + ow];
+            d[h.i0 * W + w.i0] += h.l0 * w.l0 * v;
+            d[h.i0 * W + w.i1] += h.l0 * w.l1 * v;
+            d[h.i1 * W + w.i0] += h.l1 * w.l0 * v;
+            d[h.i1 * W + w.i1] += h.l1 * w.l1 * v;
+          }
         }
       }
-    }
-    ob.finish(op);
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -570,23 +597,25 @@ at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef out
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto g = linear_geometry<Acc>(op, self.sizes(), output_size, align_corners, scales);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    Acc* o = ob.data();
-    for (int64_t pl = 0; pl < g.planes; ++pl) {
-      const Acc* in = x.data() + pl * g.D * g.H * g.W;
-      for (const auto& d : g.md)
-        for (const auto& h : g.mh)
-          for (const auto& w : g.mw) {
-            auto row = [&](int64_t id, int64_t ih) {
-              const Acc* r = in + (id * g.H + ih) * g.W;
-              return w.l0 * r[w.i0] + w.l1 * r[w.i1];
-            };
-            *o++ = d.l0 * (h.l0 * row(d.i0, h.i0) + h.l1 * row(d.i0, h.i1)) +
-                   d.l1 * (h.l0 * row(d.i1, h.i0) + h.l1 * row(d.i1, h.i1));
-          }
-    }
-    ob.finish(op);
+    cm::launch(out, [op, g, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      Acc* o = ob.data();
+      for (int64_t pl = 0; pl < g.planes; ++pl) {
+        const Acc* in = x.data() + pl * g.D * g.H * g.W;
+        for (const auto& d : g.md)
+          for (const auto& h : g.mh)
+            for (const auto& w : g.mw) {
+              auto row = [&](int64_t id, int64_t ih) {
+                const Acc* r = in + (id * g.H + ih) * g.W;
+                return w.l0 * r[w.i0] + w.l1 * r[w.i1];
+              };
+              *o++ = d.l0 * (h.l0 * row(d.i0, h.i0) + h.l1 * row(d.i0, h.i1)) +
+                     d.l1 * (h.l0 * row(d.i1, h.i0) + h.l1 * row(d.i1, h.i1));
+            }
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -607,25 +636,27 @@ at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at:
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto g = linear_geometry<Acc>(op, input_size, output_size, align_corners, scales);
-    auto gr = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    const Acc* src = gr.data();
-    for (int64_t pl = 0; pl < g.planes; ++pl) {
-      Acc* dst = ob.data() + pl * g.D * g.H * g.W;
-      for (const auto& d : g.md)
-        for (const auto& h : g.mh)
-          for (const auto& w : g.mw) {
-            const Acc v = *src++;
-            const int64_t id[2] = {d.i0, d.i1}, ih[2] = {h.i0, h.i1}, iw[2] = {w.i0, w.i1};
-            const Acc ld[2] = {d.l0, d.l1}, lh[2] = {h.l0, h.l1}, lw[2] = {w.l0, w.l1};
-            for (int a = 0; a < 2; ++a)
-              for (int b = 0; b < 2; ++b)
-                for (int c = 0; c < 2; ++c)
-                  dst[(id[a] * g.H + ih[b]) * g.W + iw[c]] += ld[a] * lh[b] * lw[c] * v;
-          }
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, g, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+      auto gr = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      const Acc* src = gr.data();
+      for (int64_t pl = 0; pl < g.planes; ++pl) {
+        Acc* dst = ob.data() + pl * g.D * g.H * g.W;
+        for (const auto& d : g.md)
+          for (const auto& h : g.mh)
+            for (const auto& w : g.mw) {
+              const Acc v = *src++;
+              const int64_t id[2] = {d.i0, d.i1}, ih[2] = {h.i0, h.i1}, iw[2] = {w.i0, w.i1};
+              const Acc ld[2] = {d.l0, d.l1}, lh[2] = {h.l0, h.l1}, lw[2] = {w.l0, w.l1};
+              for (int a = 0; a < 2; ++a)
+                for (int b = 0; b < 2; ++b)
+                  for (int c = 0; c < 2; ++c)
+                    dst[(id[a] * g.H + ih[b]) * g.W + iw[c]] += ld[a] * lh[b] * lw[c] * v;
+            }
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
@@ -641,16 +672,18 @@ at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef ou
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto x = nn::load<Acc>(op, self);
-    nn::OutBuf<Acc> ob(out);
-    Acc* o = ob.data();
-    for (int64_t pl = 0; pl < g.planes; ++pl) {
-      const Acc* in = x.data() + pl * g.D * g.H * g.W;
-      for (int64_t od = 0; od < g.Do; ++od)
-        for (int64_t oh = 0; oh < g.Ho; ++oh)
-          for (int64_t ow = 0; ow < g.Wo; ++ow) *o++ = in[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]];
-    }
-    ob.finish(op);
+    cm::launch(out, [op, g, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+      auto x = nn::load<Acc>(op, self);
+      nn::OutBuf<Acc> ob(out);
+      Acc* o = ob.data();
+      for (int64_t pl = 0; pl < g.planes; ++pl) {
+        const Acc* in = x.data() + pl * g.D * g.H * g.W;
+        for (int64_t od = 0; od < g.Do; ++od)
+          for (int64_t oh = 0; oh < g.Ho; ++oh)
+            for (int64_t ow = 0; ow < g.Wo; ++ow) *o++ = in[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]];
+      }
+      ob.finish(op);
+    });
   });
   return out;
 }
@@ -669,17 +702,19 @@ at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    auto gr = nn::load<Acc>(op, grad_output);
-    nn::OutBuf<Acc> ob(gi);
-    std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-    const Acc* src = gr.data();
-    for (int64_t pl = 0; pl < g.planes; ++pl) {
-      Acc* dst = ob.data() + pl * g.D * g.H * g.W;
-      for (int64_t od = 0; od < g.Do; ++od)
-        for (int64_t oh = 0; oh < g.Ho; ++oh)
-          for (int64_t ow = 0; ow < g.Wo; ++ow) dst[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]] += *src++;
-    }
-    ob.finish(op);
+    cm::launch(gi, [op, g, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+      auto gr = nn::load<Acc>(op, grad_output);
+      nn::OutBuf<Acc> ob(gi);
+      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
+      const Acc* src = gr.data();
+      for (int64_t pl = 0; pl < g.planes; ++pl) {
+        Acc* dst = ob.data() + pl * g.D * g.H * g.W;
+        for (int64_t od = 0; od < g.Do; ++od)
+          for (int64_t oh = 0; oh < g.Ho; ++oh)
+            for (int64_t ow = 0; ow < g.Wo; ++ow) dst[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]] += *src++;
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }

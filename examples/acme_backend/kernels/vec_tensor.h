@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include "common/device.h"
 #include "common/parallel.h"
 #include "vec_math.h"
 
@@ -23,10 +24,14 @@ inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 =
   auto fn = vec::unary_f32();
   if (!fn || self.scalar_type() != at::kFloat || !self.is_non_overlapping_and_dense()) return {};
   at::Tensor out = empty_like_dense(self);
-  const float* in = static_cast<const float*>(self.data_ptr());
-  float* o = static_cast<float*>(out.data_ptr());
-  common::parallel_for(self.numel(), common::kGrainMath, [&](int64_t begin, int64_t end) {
-    fn(v, in + begin, o + begin, end - begin, p0, p1);
+  if (out.numel() == 0) return out;
+  common::launch(out, [fn, v, p0, p1, n = self.numel(), in_addr = self.const_data_ptr(),
+                        out_addr = out.data_ptr()] {
+    const auto* in = static_cast<const float*>(common::device_view(in_addr));
+    auto* o = static_cast<float*>(common::device_view(out_addr));
+    common::parallel_for(n, common::kGrainMath, [&](int64_t begin, int64_t end) {
+      fn(v, in + begin, o + begin, end - begin, p0, p1);
+    });
   });
   return out;
 }
@@ -36,9 +41,12 @@ inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 =
 inline bool vec_unary_f32_inplace(at::Tensor& self, vec::Unary v, float p0 = 0.f, float p1 = 0.f) {
   auto fn = vec::unary_f32();
   if (!fn || self.scalar_type() != at::kFloat || !self.is_non_overlapping_and_dense()) return false;
-  float* s = static_cast<float*>(self.data_ptr());
-  common::parallel_for(self.numel(), common::kGrainCheap, [&](int64_t begin, int64_t end) {
-    fn(v, s + begin, s + begin, end - begin, p0, p1);
+  if (self.numel() == 0) return true;
+  common::launch(self, [fn, v, p0, p1, n = self.numel(), addr = self.data_ptr()] {
+    auto* s = static_cast<float*>(common::device_view(addr));
+    common::parallel_for(n, common::kGrainCheap, [&](int64_t begin, int64_t end) {
+      fn(v, s + begin, s + begin, end - begin, p0, p1);
+    });
   });
   return true;
 }
@@ -51,11 +59,15 @@ inline at::Tensor vec_binary_f32(const at::Tensor& a, const at::Tensor& b, vec::
       !a.is_non_overlapping_and_dense())
     return {};
   at::Tensor out = empty_like_dense(a);
-  const float* x = static_cast<const float*>(a.data_ptr());
-  const float* y = static_cast<const float*>(b.data_ptr());
-  float* o = static_cast<float*>(out.data_ptr());
-  common::parallel_for(a.numel(), common::kGrainMath, [&](int64_t begin, int64_t end) {
-    fn(v, x + begin, y + begin, o + begin, end - begin);
+  if (out.numel() == 0) return out;
+  common::launch(out, [fn, v, n = a.numel(), xa = a.const_data_ptr(), ya = b.const_data_ptr(),
+                        oa = out.data_ptr()] {
+    const auto* x = static_cast<const float*>(common::device_view(xa));
+    const auto* y = static_cast<const float*>(common::device_view(ya));
+    auto* o = static_cast<float*>(common::device_view(oa));
+    common::parallel_for(n, common::kGrainMath, [&](int64_t begin, int64_t end) {
+      fn(v, x + begin, y + begin, o + begin, end - begin);
+    });
   });
   return out;
 }

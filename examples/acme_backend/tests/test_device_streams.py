@@ -1,7 +1,7 @@
 """Streams and events on acme order work as on CUDA.
 
-A created acme stream queues copies and event records on a worker thread;
-kernels run in the calling thread after the current stream's queued work. The
+Every acme stream, the default one included, queues its kernels, copies and
+event records on a worker thread of its own; the caller returns at once. The
 tests make the queued work slow (large pinned copies) so a missing wait shows
 up as wrong data rather than passing by luck.
 """
@@ -41,7 +41,8 @@ def test_copy_on_stream_a_compute_on_stream_b_after_wait_event():
 def test_record_event_wait_stream_and_event_synchronize_order_a_readback():
     s = torch.Stream(device="acme")
     out = torch.empty(4 * MiB).pin_memory()
-    x = torch.arange(4 * MiB, dtype=torch.float32, device="acme")
+    x = torch.arange(4 * MiB, dtype=torch.float32, device="acme")  # queued on the default stream
+    s.wait_stream(torch.accelerator.current_stream())  # as on CUDA: s must wait for x
     with s:
         out.copy_(x, non_blocking=True)   # device -> pinned host, queued
         ev = s.record_event()
@@ -163,7 +164,7 @@ def test_exit_with_queued_pinned_copies_is_clean():
         "    o.copy_(d, non_blocking=True)\n"
         "print('QUEUED', flush=True)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "ACME_PROTECT"}
+    env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 0 and "QUEUED" in proc.stdout, (proc.returncode, proc.stderr[-2000:])

@@ -188,9 +188,11 @@ def test_large_gemms_stay_threaded_after_a_small_one():
         # float64: float32 runs acme's own sgemm on an AVX-512 host, not BLAS
         small = torch.randn(16, 16, device="acme", dtype=torch.float64)
         torch.mm(small, small)
+        torch.acme.synchronize()  # the GEMM runs on the stream: wait for it
         assert lib.scipy_openblas_get_num_threads() == 1, "a small GEMM runs BLAS on 1 thread"
         big = torch.randn(512, 512, device="acme", dtype=torch.float64)
         torch.mm(big, big)  # 134M multiply-adds: BLAS-threaded
+        torch.acme.synchronize()
         print(lib.scipy_openblas_get_num_threads())
     """, OPENBLAS_NUM_THREADS=None)
     assert out.split()[-1] == "2", f"BLAS threads after the large GEMM: {out!r}"
@@ -229,6 +231,7 @@ def test_backward_follows_set_num_threads_changed_after_the_first_backward():
             torch.set_num_threads(threads)
             # the mm's backward runs two 134M multiply-add GEMMs, the last BLAS calls
             BackwardThread.apply(torch.mm(a, b)).sum().backward()
+            torch.acme.synchronize()  # the GEMMs run on the stream: wait for them
             print(threads, lib.scipy_openblas_get_num_threads())
         assert threading.get_ident() not in BackwardThread.seen, "backward ran on the caller's thread"
     """, OPENBLAS_NUM_THREADS=None)

@@ -19,7 +19,6 @@ import torch
 
 def run_child(code, env=None, timeout=180):
     full_env = dict(os.environ, ACME_MEMORY_CAPACITY="256MiB", **(env or {}))
-    full_env.pop("ACME_PROTECT", None)
     script = WORKLOAD + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", script], env=full_env,
                           capture_output=True, text=True, timeout=timeout)

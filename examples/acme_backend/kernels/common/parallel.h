@@ -45,7 +45,26 @@ constexpr int64_t kGrainHeavy = 1024;   // scalar libm calls, erfinv, lgamma
 // seen on any thread wins: a thread whose count differs from what it read last
 // time (its first read, or set_num_threads was called on it) publishes its
 // count; a thread whose count did not change takes the published one.
+//
+// Device work runs on a stream's thread, not the caller's: launch() (device.h)
+// takes the caller's count when it queues the work and sets it for the work
+// (LaunchedThreads), so the count in force when an op was called is the one its
+// device part uses, as on the host.
+inline int& launched_threads() {
+  thread_local int n = 0;  // 0: not inside launched work
+  return n;
+}
+
+struct LaunchedThreads {
+  explicit LaunchedThreads(int n) : saved(launched_threads()) { launched_threads() = n; }
+  ~LaunchedThreads() { launched_threads() = saved; }
+  LaunchedThreads(const LaunchedThreads&) = delete;
+  LaunchedThreads& operator=(const LaunchedThreads&) = delete;
+  int saved;
+};
+
 inline int intra_op_threads() {
+  if (const int launched = launched_threads(); launched > 0) return launched;
   static std::atomic<int> published{0};  // 0: nothing published yet
   thread_local int last_read = 0;
   const int mine = std::max(1, at::get_num_threads());

@@ -11,6 +11,11 @@
 // Element functors get values in opmath_t<T> (float for float16/bfloat16) and
 // their result is rounded once into the output dtype. Loops are split over
 // the compute units (parallel.h): element functors must be pure.
+//
+// The host part (promotion, broadcasting, allocation, calling the factory)
+// runs in the caller; the loop is the device part, queued on the stream
+// (device.h). So the factory runs on the host and the element functor it
+// returns travels with the work: it must hold values, not references.
 #pragma once
 
 #include <c10/core/DefaultDtype.h>
@@ -19,6 +24,9 @@
 #include <ATen/ops/empty.h>
 
 #include "alloc.h"
+#include "device.h"
+
+#include <array>
 
 namespace acme::common {
 
@@ -69,37 +77,67 @@ inline auto bind_second(Factory factory, const at::Tensor& value) {
   };
 }
 
+// The device part of the plain paths: out[i] = f(in0[i], ...) over n elements,
+// split over the compute units. Pointers are device addresses.
+template <class O, class T, class M, class F, size_t N>
+inline void launch_plain(const at::Tensor& on, O* out, std::array<const T*, N> ins, int64_t n, F f) {
+  launch(on, [out, ins, n, f] {
+    O* o = static_cast<O*>(device_view(out));
+    std::array<const T*, N> x;
+    for (size_t k = 0; k < N; ++k) x[k] = static_cast<const T*>(device_view(ins[k]));
+    parallel_for(n, kGrainCheap, [&](int64_t begin, int64_t end) {
+      O* __restrict co = o + begin;
+      const int64_t len = end - begin;
+      if constexpr (N == 1) {
+        const T* __restrict a = x[0] + begin;
+        for (int64_t i = 0; i < len; ++i) {
+          auto r = f(static_cast<M>(a[i]));
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      } else if constexpr (N == 2) {
+        const T* __restrict a = x[0] + begin;
+        const T* __restrict b = x[1] + begin;
+        for (int64_t i = 0; i < len; ++i) {
+          auto r = f(static_cast<M>(a[i]), static_cast<M>(b[i]));
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      } else {
+        const T* __restrict a = x[0] + begin;
+        const T* __restrict b = x[1] + begin;
+        const T* __restrict c = x[2] + begin;
+        for (int64_t i = 0; i < len; ++i) {
+          auto r = f(static_cast<M>(a[i]), static_cast<M>(b[i]), static_cast<M>(c[i]));
+          co[i] = cvt<O, decltype(r)>(r);
+        }
+      }
+    });
+  });
+}
+
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::ScalarType compute,
                                Factory factory) {
   if (all_plain(compute, {&self})) {
     at::Tensor out = at::empty(self.sizes(), self.options().dtype(out_dtype_for<OutT>(compute)));
+    if (out.numel() == 0) return out;
     dispatch<Set>(op, self.device(), compute, [&](auto tag) {
       using T = ACME_T(tag);
-      using M = opmath_t<T>;
       using O = out_t<OutT, T>;
-      auto f = factory(tag);
-      const T* a = static_cast<const T*>(self.data_ptr());
-      O* o = static_cast<O*>(out.data_ptr());
-      parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
-        const T* __restrict ca = a + begin;
-        O* __restrict co = o + begin;
-        const int64_t n = end - begin;
-        for (int64_t i = 0; i < n; ++i) {
-          auto r = f(static_cast<M>(ca[i]));
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      });
+      launch_plain<O, T, opmath_t<T>>(out, static_cast<O*>(out.data_ptr()),
+                                      std::array<const T*, 1>{static_cast<const T*>(self.const_data_ptr())},
+                                      self.numel(), factory(tag));
     });
     return out;
   }
   Elementwise e = prepare(op, {&self}, compute, out_dtype_for<OutT>(compute));
+  if (e.out.numel() == 0) return e.out;
   StridedIter it = make_iter(e);
   dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    auto f = factory(tag);
-    map1<out_t<OutT, T>, T>(it, [&](T a) { return f(static_cast<M>(a)); });
+    launch(e.out, [it, f = factory(tag)] {
+      map1<out_t<OutT, T>, T>(it, [&](T a) { return f(static_cast<M>(a)); });
+    });
   });
   return e.out;
 }
@@ -114,35 +152,28 @@ inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::T
   }
   if (all_plain(compute, {&a, &b})) {
     at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
+    if (out.numel() == 0) return out;
     dispatch<Set>(op, a.device(), compute, [&](auto tag) {
       using T = ACME_T(tag);
-      using M = opmath_t<T>;
       using O = out_t<OutT, T>;
-      auto f = factory(tag);
-      const T* x = static_cast<const T*>(a.data_ptr());
-      const T* y = static_cast<const T*>(b.data_ptr());
-      O* o = static_cast<O*>(out.data_ptr());
-      parallel_for(a.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
-        const T* __restrict cx = x + begin;
-        const T* __restrict cy = y + begin;
-        O* __restrict co = o + begin;
-        const int64_t n = end - begin;
-        for (int64_t i = 0; i < n; ++i) {
-          auto r = f(static_cast<M>(cx[i]), static_cast<M>(cy[i]));
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      });
+      launch_plain<O, T, opmath_t<T>>(
+          out, static_cast<O*>(out.data_ptr()),
+          std::array<const T*, 2>{static_cast<const T*>(a.const_data_ptr()),
+                                  static_cast<const T*>(b.const_data_ptr())},
+          a.numel(), factory(tag));
     });
     return out;
   }
   Elementwise e = prepare(op, {&a, &b}, compute, out_dtype_for<OutT>(compute));
+  if (e.out.numel() == 0) return e.out;
   StridedIter it = make_iter(e);
   dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    auto f = factory(tag);
-    map2<out_t<OutT, T>, T, T>(
-        it, [&](T x, T y) { return f(static_cast<M>(x), static_cast<M>(y)); });
+    launch(e.out, [it, f = factory(tag)] {
+      map2<out_t<OutT, T>, T, T>(
+          it, [&](T x, T y) { return f(static_cast<M>(x), static_cast<M>(y)); });
+    });
   });
   return e.out;
 }
@@ -151,13 +182,15 @@ template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
                                  const at::Tensor& c, at::ScalarType compute, Factory factory) {
   Elementwise e = prepare(op, {&a, &b, &c}, compute, out_dtype_for<OutT>(compute));
+  if (e.out.numel() == 0) return e.out;
   StridedIter it = make_iter(e);
   dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
-    auto f = factory(tag);
-    map3<out_t<OutT, T>, T, T, T>(it, [&](T x, T y, T z) {
-      return f(static_cast<M>(x), static_cast<M>(y), static_cast<M>(z));
+    launch(e.out, [it, f = factory(tag)] {
+      map3<out_t<OutT, T>, T, T, T>(it, [&](T x, T y, T z) {
+        return f(static_cast<M>(x), static_cast<M>(y), static_cast<M>(z));
+      });
     });
   });
   return e.out;
@@ -184,22 +217,40 @@ inline bool inplace_plain(at::ScalarType compute, const at::Tensor& self,
   return true;
 }
 
+// The device part of the in-place drivers: s[i] = f(s[i], others[k][i]...).
+template <class T, class M, class F, size_t N>
+inline void launch_inplace(const at::Tensor& self, std::array<const T*, N> others, F f) {
+  T* self_ptr = static_cast<T*>(self.data_ptr());
+  launch(self, [self_ptr, others, n = self.numel(), f] {
+    T* s = static_cast<T*>(device_view(self_ptr));
+    std::array<const T*, N> x{};
+    for (size_t k = 0; k < N; ++k) x[k] = static_cast<const T*>(device_view(others[k]));
+    parallel_for(n, kGrainCheap, [&](int64_t begin, int64_t end) {
+      const auto g = f;  // a local copy: stores to s[i] cannot alias its constants
+      for (int64_t i = begin; i < end; ++i) {
+        if constexpr (N == 0) {
+          auto r = g(static_cast<M>(s[i]));
+          s[i] = cvt<T, decltype(r)>(r);
+        } else if constexpr (N == 1) {
+          auto r = g(static_cast<M>(s[i]), static_cast<M>(x[0][i]));
+          s[i] = cvt<T, decltype(r)>(r);
+        } else {
+          auto r = g(static_cast<M>(s[i]), static_cast<M>(x[0][i]), static_cast<M>(x[1][i]));
+          s[i] = cvt<T, decltype(r)>(r);
+        }
+      }
+    });
+  });
+}
+
 template <unsigned Set, class Factory>
 inline bool unary_inplace(const char* op, at::Tensor& self, at::ScalarType compute,
                           Factory factory) {
   if (!inplace_plain(compute, self, {})) return false;
+  if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    auto f = factory(tag);
-    T* s = static_cast<T*>(self.data_ptr());
-    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
-      const auto g = f;  // a local copy: stores to s[i] cannot alias its constants
-      for (int64_t i = begin; i < end; ++i) {
-        auto r = g(static_cast<M>(s[i]));
-        s[i] = cvt<T, decltype(r)>(r);
-      }
-    });
+    launch_inplace<T, opmath_t<T>>(self, std::array<const T*, 0>{}, factory(tag));
   });
   return true;
 }
@@ -214,19 +265,11 @@ inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& o
     return unary_inplace<Set>(op, self, compute, bind_second(factory, value));
   }
   if (!inplace_plain(compute, self, {&other})) return false;
+  if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    auto f = factory(tag);
-    T* s = static_cast<T*>(self.data_ptr());
-    const T* y = static_cast<const T*>(other.data_ptr());
-    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
-      const auto g = f;
-      for (int64_t i = begin; i < end; ++i) {
-        auto r = g(static_cast<M>(s[i]), static_cast<M>(y[i]));
-        s[i] = cvt<T, decltype(r)>(r);
-      }
-    });
+    launch_inplace<T, opmath_t<T>>(
+        self, std::array<const T*, 1>{static_cast<const T*>(other.const_data_ptr())}, factory(tag));
   });
   return true;
 }
@@ -235,20 +278,14 @@ template <unsigned Set, class Factory>
 inline bool ternary_inplace(const char* op, at::Tensor& self, const at::Tensor& b,
                             const at::Tensor& c, at::ScalarType compute, Factory factory) {
   if (!inplace_plain(compute, self, {&b, &c})) return false;
+  if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    auto f = factory(tag);
-    T* s = static_cast<T*>(self.data_ptr());
-    const T* y = static_cast<const T*>(b.data_ptr());
-    const T* z = static_cast<const T*>(c.data_ptr());
-    parallel_for(self.numel(), kGrainCheap, [&](int64_t begin, int64_t end) {
-      const auto g = f;
-      for (int64_t i = begin; i < end; ++i) {
-        auto r = g(static_cast<M>(s[i]), static_cast<M>(y[i]), static_cast<M>(z[i]));
-        s[i] = cvt<T, decltype(r)>(r);
-      }
-    });
+    launch_inplace<T, opmath_t<T>>(
+        self,
+        std::array<const T*, 2>{static_cast<const T*>(b.const_data_ptr()),
+                                static_cast<const T*>(c.const_data_ptr())},
+        factory(tag));
   });
   return true;
 }
