@@ -129,7 +129,10 @@ def register_with_inductor(name: str, key: str, *, scheduling: type, wrapper: ty
                                                 register_device_op_overrides)
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
+    from .. import graph as graph_api
+
     interface = register_device_interface(name, interface_properties)
+    graph_api._install_cache_hooks()  # get_optimized_graph after a cache hit too
     register_device_op_overrides(name, op_overrides)
     cpp_wrapper = refusing_cpp_wrapper(name, no_cpp_wrapper_why)
     register_backend_for_device(name, scheduling, wrapper, cpp_wrapper, WrapperFxCodegen,
