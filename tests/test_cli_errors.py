@@ -97,3 +97,40 @@ def test_an_unexpected_failure_is_one_line_exit_1(monkeypatch, capsys):
     monkeypatch.setenv("FLSDK_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         cli.main(["doctor"])
+
+
+def _backend_with_custom_op(tmp_path, schema, dtypes="[float32]"):
+    from flsdk.scaffold import render_backend
+
+    root = tmp_path / "zeta"
+    render_backend("zeta", root)
+    (root / "opspec").mkdir(exist_ok=True)
+    spec = root / "opspec" / "fused.yaml"
+    spec.write_text(f'family: fused\nops:\n  - op: zeta::fused_gelu\n    schema: "{schema}"\n'
+                    f'    dtypes: {dtypes}\n    samples:\n      - ["T(4,3)"]\n')
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - op: relu\n  - op: zeta::fused_gelu\n"))
+    return root, spec
+
+
+@pytest.mark.parametrize("command", ["check", "gen"])
+@pytest.mark.parametrize("schema,needle", [
+    ("fused_gelu(Tensor x -> Tensor", "unclosed ( at column 11"),
+    ("fused_gelu(Tensor x, float alpha=(1.0) -> Tensor", "unclosed ( at column 11"),
+    ("fused_gelu(Tensor x, float alpha=1.0()) -> Tensor", "PyTorch's schema parser"),
+])
+def test_a_custom_schema_that_does_not_parse_is_exit_2_with_file_line_field(tmp_path, command, schema, needle):
+    """Issue #27 item 6: not `flsdk check: AssertionError: Invalid function schema`, exit 1."""
+    root, spec = _backend_with_custom_op(tmp_path, schema)
+    code, err = _run(command, cwd=root)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"{spec}:4: ops[0].schema: cannot parse schema: ") and needle in err[0], err
+
+
+def test_a_typo_in_a_custom_op_spec_is_one_error_without_a_cascade(tmp_path):
+    """Issue #27 item 5: the spec's own error, not also "custom op ... has no op spec"
+    on device.yaml (with a guessed schema) for a spec that exists and is merely invalid."""
+    root, spec = _backend_with_custom_op(tmp_path, "fused_gelu(Tensor x) -> Tensor", "[float32, flaot16]")
+    code, err = _run("check", cwd=root)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"{spec}:5: ops[0].dtypes[1]: unknown value 'flaot16'; did you mean 'float16'"), err

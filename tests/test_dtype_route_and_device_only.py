@@ -91,3 +91,39 @@ def test_the_backend_package_says_what_runs_device_only_ops():
     # acme's fused RNN cells are native; a backend without them gets the composite
     # (the scaffold build test runs LSTM/GRU on one)
     assert "_thnn_fused_lstm_cell" not in device_only
+
+
+def test_a_narrowed_op_routes_its_other_dtypes_to_the_fallback_and_tests_only_its_own(tmp_path):
+    """Issue #27 item 4: device.yaml `native: - {op: relu, dtypes: [...]}` narrows what the
+    generated wrappers let reach the kernel (relu and its in-place variant) and what the
+    generated conformance suite tests; an error the kernel lets through is annotated with
+    the backend, the op and the call's dtype."""
+    import ast
+
+    from flsdk.codegen.generate import generate
+    from flsdk.scaffold import render_backend
+
+    root = tmp_path / "zeta"
+    render_backend("zeta", root)
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - {op: relu, dtypes: [bfloat16, float32]}\n"))
+    (root / "kernels" / "relu.cpp").write_text(
+        '#include "kernels.h"\nnamespace zeta::kernels {\n'
+        "at::Tensor k_relu(const at::Tensor & self) {\n  return self;\n}\n}\n")
+    generate(root)
+    source = "\n".join(p.read_text() for p in sorted((root / "generated").glob("register_kernels_*.cpp")))
+    for wrapper in ("wrapper_relu", "wrapper_relu_"):
+        body = _wrapper(source, wrapper)
+        # in the spec's order (float32 before bfloat16), whatever the entry's order
+        assert "op_dtypes = dtype_set({c10::ScalarType::Float, c10::ScalarType::BFloat16})" in body, body
+        assert body.index("run_on_cpu") < body.index("kernels::k_relu")
+        assert '"relu", "k_relu", "float32, bfloat16", dtype_of(self));' in body, body
+    conformance = (root / "tests" / "generated" / "test_zeta_conformance.py").read_text()
+    cases = ast.literal_eval(conformance.split("\nCASES = ", 1)[1].split("\n#", 1)[0].strip())
+    assert {c[3] for c in cases if c[1] == "relu"} == {"float32", "bfloat16"}
+    # the ops not narrowed keep every dtype of their spec the device lists
+    from flsdk.spec import load_backend
+
+    backend = load_backend(root)
+    assert backend.dtypes_for(backend.op("relu")) == ("float32", "bfloat16")
+    assert len(backend.dtypes_for(backend.op("add.Tensor"))) > 2

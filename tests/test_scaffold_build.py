@@ -144,3 +144,96 @@ def test_a_host_read_of_discrete_device_memory_crashes(zeta_first_build):
                           text=True, timeout=300)
     assert "made [1.0, 1.0, 1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
     assert "SURVIVED" not in proc.stdout and proc.returncode == -11, (proc.returncode, proc.stderr[-1000:])
+
+
+# A float-only kernel in the guide's two parts: the typed device addresses of the
+# host part (const_data_ptr<float>) are where PyTorch checks the dtype.
+FLOAT_ONLY = """\
+// kernels/{name}.cpp
+#include "kernels.h"
+
+#include <ATen/ops/empty.h>
+
+#include "launch.h"
+
+namespace zeta::kernels {{
+
+{signature} {{
+  at::Tensor a = {first}.contiguous();
+  at::Tensor b = {second}.contiguous();
+  TORCH_CHECK(a.sizes() == b.sizes(), "zeta: {name}: same shapes only");
+  at::Tensor out = at::empty(a.sizes(), a.options());
+  const int device = a.device().index();
+  const int64_t n = a.numel();
+  const float* x = a.const_data_ptr<float>();  // device addresses, never dereferenced here
+  const float* w = b.const_data_ptr<float>();
+  float* result = out.data_ptr<float>();
+  check_status(runtime::launch(device, launch_stream(device), [x, w, result, n] {{
+    const float* xs = runtime::device_ptr<const float>(x);
+    const float* ws = runtime::device_ptr<const float>(w);
+    float* ys = runtime::device_ptr<float>(result);
+    for (int64_t i = 0; i < n; ++i) ys[i] = {expr};
+  }}), "launch");
+  return out;
+}}
+
+}}  // namespace zeta::kernels
+"""
+
+RUN_NARROWED = """\
+import json, torch, torch_fl_zeta
+import torch_fl_zeta._C as native
+torch_fl_zeta.load()
+x = torch.tensor([-1.0, 2.0, -3.0, 4.0])
+native.clear_fallback_log()
+r32 = torch.relu(x.to("zeta")).cpu().tolist()
+native_32 = "relu" not in [e["op"] for e in native.fallback_log()]
+r64 = torch.relu(x.double().to("zeta")).cpu().tolist()
+fallback_64 = "relu" in [e["op"] for e in native.fallback_log()]
+try:
+    torch.mul(x.double().to("zeta"), x.double().to("zeta"))
+    mismatch = ""
+except RuntimeError as e:
+    mismatch = str(e)
+print(json.dumps({"r32": r32, "native_32": native_32, "r64": r64, "fallback_64": fallback_64,
+                  "mismatch": mismatch}))
+"""
+
+
+@pytest.mark.slow
+def test_a_float_only_kernel_narrowed_in_device_yaml_passes_and_a_mismatch_names_op_and_dtype(tmp_path):
+    """Issue #27 item 4: `native: - {op: relu, dtypes: [float32]}` narrows the dtypes the
+    wrapper lets reach relu's float-only kernel (the others run on the CPU fallback) and
+    the generated conformance suite tests float32 only; a float-only kernel that is not
+    narrowed (mul) fails naming the backend, the op and the dtype, not just PyTorch's
+    "expected scalar type Float but found Double"."""
+    root = tmp_path / "zeta"
+    flsdk("new-backend", "zeta", "--out", str(root))
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - {op: relu, dtypes: [float32]}\n"))
+    (root / "kernels" / "relu.cpp").write_text(FLOAT_ONLY.format(
+        name="relu", signature="at::Tensor k_relu(const at::Tensor & self)", first="self", second="self",
+        expr="xs[i] < 0.0f ? 0.0f : xs[i]"))
+    (root / "kernels" / "mul_Tensor.cpp").write_text(FLOAT_ONLY.format(
+        name="mul", signature="at::Tensor k_mul_Tensor(const at::Tensor & self, const at::Tensor & other)",
+        first="self", second="other", expr="xs[i] * ws[i]"))
+    flsdk("gen", cwd=root)
+    build_into(root, tmp_path / "site")
+    proc = subprocess.run([sys.executable, "-c", RUN_NARROWED], env=site_env(tmp_path / "site"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["r32"] == got["r64"] == [0.0, 2.0, 0.0, 4.0], got
+    assert got["native_32"] and got["fallback_64"], got
+    for needle in ("expected scalar type Float but found Double", "zeta: aten::mul.Tensor", "k_mul_Tensor",
+                   "float64", "{op: mul.Tensor, dtypes: [...]}"):
+        assert needle in got["mismatch"], (needle, got["mismatch"])
+    # relu's cases only (mul's float-only kernel fails its other dtypes, as it should); the
+    # backend is loaded first, as torch's autoload would (site_env turns autoload off)
+    run_relu = ("import sys, pytest, torch_fl_zeta; torch_fl_zeta.load(); "
+                f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', 'relu', "
+                f"{str(root / 'tests' / 'generated')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", run_relu], cwd=tmp_path,
+                          env=site_env(tmp_path / "site"), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert re.search(r"\b4 passed", proc.stdout), proc.stdout[-2000:]  # float32: 2 samples x (relu, relu_)

@@ -178,3 +178,113 @@ def test_aten_index_cache(tmp_path, monkeypatch):
         assert aten._read_cache(aten._cache_key()) == fresh
     finally:
         aten._index.cache_clear()
+
+
+# ---- issue #27 item 4: a native op entry may narrow the op's dtypes
+
+def test_an_op_entry_narrows_the_dtypes_of_its_kernel(backend_dir):
+    edit_device(backend_dir, "  - op: relu\n", "  - {op: relu, dtypes: [float32]}\n")
+    b = load_backend(backend_dir, CANONICAL)
+    assert b.dtypes_for(b.op("relu")) == ("float32",)
+    assert b.op("relu").dtypes == ("float32", "float64", "bfloat16")  # the spec is unchanged
+    assert b.dtypes_for(b.op("add.Tensor")) == ("float32", "float16", "bfloat16", "int64", "int32")
+    assert "relu" in [o.op for o in b.ops]
+    # with `opspec: all`, an op entry narrows one op of the selection
+    edit_device(backend_dir, "  - opspec: binary\n", "  - opspec: all\n  - {op: add.Tensor, dtypes: [float16, float32]}\n")
+    b = load_backend(backend_dir, CANONICAL)
+    assert b.dtypes_for(b.op("add.Tensor")) == ("float32", "float16")  # in the spec's order
+    assert b.descriptor.as_dict()["native"][0] == {"kind": "opspec", "name": "all", "line": 19}
+
+
+@pytest.mark.parametrize("entry,field,words", [
+    ("  - {op: relu, dtypes: [float16]}", "native[1].dtypes[0]",
+     ["'float16' is not among the dtypes of 'relu'", "unary.yaml:4", "dtypes among: float32, float64, bfloat16"]),
+    ("  - {op: relu, dtypes: [complex64]}", "native[1].dtypes[0]",
+     ["'complex64' is not in the device's dtypes"]),
+    ("  - {op: relu, dtypes: [float32, flaot64]}", "native[1].dtypes[1]",
+     ["unknown value 'flaot64'", "did you mean 'float64'"]),
+    ("  - {op: relu, dtypes: []}", "native[1].dtypes", ["must not be empty"]),
+    ("  - {opspec: unary, dtypes: [float32]}", "native[1].dtypes", ["narrows one op, not a family"]),
+    ("  - {dtypes: [float32]}", "native[1].dtypes", ["without an `op`"]),
+    ("  - {op: relu, opspec: unary}", "native[1]", ["exactly one of"]),
+    ("  - {op: relu, dtype: [float32]}", "native[1].dtype", ["unknown field 'dtype'", "did you mean 'dtypes'"]),
+    ("  - {op: relu, dtypes: [float32]}\n  - {op: relu, dtypes: [float64]}", "native[2].dtypes",
+     ["'relu' is narrowed twice (first at line 20)"]),
+])
+def test_a_narrowing_entry_is_checked_with_file_line_and_field(backend_dir, entry, field, words):
+    path = edit_device(backend_dir, "  - op: relu\n", entry + "\n")
+    errs = errors_of(backend_dir)
+    hits = [e for e in errs if e.field == field]
+    assert hits, f"no error on {field!r}; got:\n{errs}"
+    text = str(hits[0])
+    assert text.startswith(f"{path}:{hits[0].line}: {field}: ") and hits[0].line in (20, 21), text
+    for word in words:
+        assert word in text, text
+
+
+# ---- issue #27 item 5: every error of a file in one run, and no cascades
+
+def test_an_invalid_custom_op_spec_is_reported_once_not_as_missing(backend_dir):
+    spec = backend_dir / "opspec" / "acme_custom.yaml"
+    spec.write_text(spec.read_text().replace("dtypes: [float32]", "dtypes: [float32, flaot16]"))
+    errs = errors_of(backend_dir)
+    assert [(Path(e.file).name, e.line, e.field) for e in errs] == [("acme_custom.yaml", 6, "ops[0].dtypes[1]")], \
+        str(errs)
+    assert "did you mean 'float16'" in str(errs) and "has no op spec" not in str(errs)
+    # the same for an aten op whose spec is invalid, a fallback entry, and a family
+    spec.write_text(spec.read_text().replace("ops:\n", "ops:\n  - op: relu6\n    dtypes: [float32]\n    samplez: []\n"))
+    edit_device(backend_dir, "  - op: relu\n", "  - op: relu\n  - op: relu6\n  - opspec: acme_custom\n")
+    edit_device(backend_dir, "deny: [mul.out]", "deny: [mul.out, acme::fused_gelu]")
+    errs = errors_of(backend_dir)
+    assert {Path(e.file).name for e in errs} == {"acme_custom.yaml"}, str(errs)
+    assert len(errs) == 2, str(errs)  # flaot16, samplez
+
+
+def test_a_broken_backend_spec_file_does_not_make_its_custom_ops_missing(backend_dir):
+    spec = backend_dir / "opspec" / "acme_custom.yaml"
+    spec.write_text(spec.read_text().replace("ops:", "ops: [", 1))
+    errs = errors_of(backend_dir)
+    assert len(errs) == 1 and "malformed YAML" in str(errs), str(errs)
+
+
+def test_device_yaml_reports_every_mistake_in_one_run(backend_dir):
+    path = edit_device(backend_dir, "dtypes: [float32,", "dtypes: [flaot32,")
+    edit_device(backend_dir, "  capacity: 1 GiB", "  capacity: 1 GiBs")
+    edit_device(backend_dir, "  - op: relu\n", "  - op: rellu\n")
+    edit_device(backend_dir, "mode: allow", "mode: alow")
+    errs = errors_of(backend_dir)
+    got = {(e.line, e.field) for e in errs}
+    assert got == {(6, "memory.capacity"), (14, "dtypes[0]"), (20, "native[1].op"), (22, "fallback.mode")}, str(errs)
+    text = str(errs)
+    assert "did you mean 'float32'" in text and "unknown unit 'GiBs'" in text and "did you mean 'relu'" in text
+    assert all(line.startswith(f"{path}:") for line in text.splitlines()), text
+
+
+def test_a_field_with_a_schema_error_gets_no_follow_on_errors(backend_dir):
+    # amp_dtypes are checked against dtypes: a wrong `dtypes` is reported once, not
+    # again as "'bfloat16' is not in dtypes"
+    edit_device(backend_dir, "dtypes: [float32, float16, bfloat16,", "dtypes: [float32, float16, bfloat61,")
+    errs = errors_of(backend_dir)
+    assert [e.field for e in errs] == ["dtypes[2]"], str(errs)
+
+
+# ---- issue #27 item 6: a schema PyTorch cannot parse is a spec error with file:line:field
+
+@pytest.mark.parametrize("schema,words", [
+    ("fused_gelu(Tensor x -> Tensor", ["unclosed ( at column 11"]),
+    ("fused_gelu(Tensor x, float a=(1.0) -> Tensor", ["unclosed ( at column 11"]),
+    ("fused_gelu(Tensor x, float a=1.0()) -> Tensor", ["expected ) but found '(' at column 33",
+                                                       "PyTorch's schema parser"]),
+    ("fused_gelu(Tensor x) -> Tensor)", [") at column 31 closes nothing"]),
+])
+def test_a_custom_schema_pytorch_refuses_is_a_spec_error(backend_dir, schema, words):
+    spec = backend_dir / "opspec" / "acme_custom.yaml"
+    spec.write_text(spec.read_text().replace('"fused_gelu(Tensor x) -> Tensor"', f'"{schema}"'))
+    with pytest.raises(SpecErrors) as info:  # what `flsdk check` runs (and `gen`)
+        check_backend(backend_dir, CANONICAL)
+    errs = info.value
+    assert [(e.line, e.field) for e in errs] == [(5, "ops[0].schema")], str(errs)
+    text = str(errs)
+    assert text.startswith(f"{spec}:5: ops[0].schema: cannot parse schema: "), text
+    for word in words:
+        assert word in text, text

@@ -16,7 +16,7 @@ from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFun
 
 from flsdk import __version__ as FLSDK_VERSION
 from flsdk.spec.device_only import DEVICE_ONLY_OPS
-from flsdk.spec.dtypes import scalar_type
+from flsdk.spec.dtypes import DTYPES, scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
@@ -214,17 +214,33 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
     return lines
 
 
+def _annotated(body: list[str], func: FunctionSchema, spec: OpSpec, kernel: str, op_dtypes,
+               tested: set[str]) -> list[str]:
+    """`body` inside a try whose catch adds the backend, the op and the call's dtype to
+    a c10::Error the kernel lets through (PyTorch's own "expected scalar type Float but
+    found Double" names none of them), then rethrows it (register_kernels.h)."""
+    dtype_arg = next((a.name for a in func.schema_order_arguments() if a.name in tested
+                      and (_base_is(a.type, BaseTy.Tensor))), None)
+    dtype = f"dtype_of({dtype_arg})" if dtype_arg else "std::nullopt"
+    return ["try {", *[f"  {line}" for line in body], "} catch (c10::Error& error) {",
+            f'  annotate_kernel_error(error, "{spec.namespace}::{func.name}", "{spec.op}", "{kernel}", '
+            f'"{", ".join(op_dtypes)}", {dtype});',
+            "  throw;", "}"]
+
+
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
                         op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
     # Custom and device-only ops (no CPU kernel) cannot fall back: an unlisted dtype is an error.
     no_cpu_kernel = spec.is_custom or spec.op.partition(".")[0] in DEVICE_ONLY_OPS or spec.op in DEVICE_ONLY_OPS
-    route = _dtype_route(func, name, args_of_tested_dtype(spec, func), op_dtypes, custom=no_cpu_kernel)
+    tested = args_of_tested_dtype(spec, func)
+    route = _dtype_route(func, name, tested, op_dtypes, custom=no_cpu_kernel)
+    body = [f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"]
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
         checks=_device_checks(func) + route,
-        body=[f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"],
+        body=_annotated(body, func, spec, sig.kernel, op_dtypes, tested),
         kernel=sig,
     )
 
@@ -274,6 +290,7 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     tested = args_of_tested_dtype(spec, f_functional.func) | ({"self"} if kind == "inplace" else set())
     not_passed = frozenset(a.name for a in f_variant.func.arguments.out) if kind == "out" else frozenset()
     route = _dtype_route(f_variant.func, name, tested, op_dtypes, not_passed)
+    body = _annotated(body, f_variant.func, spec, kernel, op_dtypes, tested)
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
@@ -375,6 +392,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "torch_version": torch_version,
         "flsdk_version": FLSDK_VERSION,
         "dtype_enums": [scalar_type(t) for t in d.dtypes],
+        "dtype_names": [{"enum": info.scalar_type, "name": t} for t, info in DTYPES.items()],
         "amp_dtypes": list(d.amp_dtypes),
         "native_ops": native,
         "glue_called_ops": [op for op in native if op in GLUE_HOOK_KERNELS],
@@ -461,15 +479,23 @@ def _passes_dtype(sample: list) -> bool:
     return any(isinstance(v, str) and v.startswith("dtype:") for v in kwargs.values())
 
 
+# skip_conformance of a random op: compared with CPU as a distribution, not elementwise
+RANDOM_SKIP = "random: checked statistically"
+
+
 def conformance_cases(backend: Backend, registered: list[str]):
     """The generated test's cases, each a tuple starting with its stable id:
     `functional` (id, op, sample, dtype, atol, rtol) against PyTorch's CPU kernel;
     `variants` (id, kind, variant op, op, sample, dtype, atol, rtol) for the
     registered in-place / out wrappers; `custom` (id, op, reference, sample,
-    dtype, atol, rtol) against the spec's `reference:`; `skipped` {op: reason}
+    dtype, atol, rtol) against the spec's `reference:`; `random` (id, op, sample,
+    dtype) and `random_variants` (id, kind, variant op, op, sample, dtype): the
+    random ops (skip_conformance RANDOM_SKIP) and their registered variants, sampled
+    on the device and compared with CPU's draws statistically; `skipped` {op: reason}
     for registered ops that are not compared (shown as pytest skips); and
     `cpu_reference_dtypes` {op: dtype} for ops whose spec has `cpu_reference_dtype`."""
     functional, variants, custom, skipped = [], [], [], {}
+    random, random_variants = [], []
     cpu_reference_dtypes = {}
     registered_set = set(registered)
     for spec in backend.ops:
@@ -481,7 +507,8 @@ def conformance_cases(backend: Backend, registered: list[str]):
                                 "`// flsdk:stub`): " + ("calling it raises" if spec.is_custom
                                                         else "it runs on the CPU fallback"))
             continue
-        if spec.skip_conformance:
+        is_random = spec.skip_conformance == RANDOM_SKIP and not spec.is_custom
+        if spec.skip_conformance and not is_random:
             skipped[spec.op] = spec.skip_conformance
             continue
         if spec.is_custom and not spec.reference:
@@ -500,6 +527,14 @@ def conformance_cases(backend: Backend, registered: list[str]):
                     custom.append((case_id(spec.op, dtype, j), spec.op, spec.reference, sample, dtype,
                                    tol.atol, tol.rtol))
                     continue
+                if is_random:
+                    random.append((case_id(spec.op, dtype, j), spec.op, sample, dtype))
+                    random_variants += [
+                        (case_id(spec.variant_ops[kind], dtype, j), kind, spec.variant_ops[kind], spec.op,
+                         sample, dtype) for kind in spec.variants
+                        if spec.variant_ops.get(kind) in registered_set
+                        and not (kind == "inplace" and _passes_dtype(sample))]
+                    continue
                 functional.append((case_id(spec.op, dtype, j), spec.op, sample, dtype, tol.atol, tol.rtol))
                 for kind in spec.variants:
                     variant = spec.variant_ops.get(kind)
@@ -509,6 +544,7 @@ def conformance_cases(backend: Backend, registered: list[str]):
                         variants.append((case_id(variant, dtype, j), kind, variant, spec.op, sample,
                                          dtype, tol.atol, tol.rtol))
     return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped,
+            "random": random, "random_variants": random_variants,
             "cpu_reference_dtypes": cpu_reference_dtypes}
 
 

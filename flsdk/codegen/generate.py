@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from flsdk.spec import load_backend
+from flsdk.spec.loader import check_schemas_with_torch
 from flsdk.spec.model import Backend
 
 from . import signatures
@@ -94,6 +95,7 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     start = time.perf_counter()
     root = Path(root).resolve()
     backend = load_backend(root)
+    check_schemas_with_torch(backend.all_ops)  # custom schemas as TORCH_LIBRARY will parse them
     torch_version = installed_torch_version()
     writer = GeneratedWriter(root, dry_run=dry_run or check, force=force)
     result = GenResult(backend=backend, report=writer.report)

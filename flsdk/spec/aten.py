@@ -210,12 +210,20 @@ def check_custom_schema(op: str, schema: str) -> str:
     """Parse a custom op's schema; return it normalized, or raise ValueError.
 
     The schema is written without namespace and its name must be the op's
-    (`acme::fused_gelu` -> `fused_gelu(Tensor x) -> Tensor`).
+    (`acme::fused_gelu` -> `fused_gelu(Tensor x) -> Tensor`). torchgen's parser
+    (which codegen uses) is lenient where PyTorch's is not (`float a=(1.0` parses
+    as a default of `(1.0`): unbalanced brackets are refused here, and
+    torch_schema_problem asks PyTorch's own parser (it imports torch, ~2 s, so
+    `flsdk check` and `gen` call it, not every load).
     """
     from torchgen.model import FunctionSchema
 
+    text = schema.strip()
+    problem = _bracket_problem(text)
+    if problem:
+        raise ValueError(f"cannot parse schema: {problem}")
     try:
-        parsed = FunctionSchema.parse(schema.strip())
+        parsed = FunctionSchema.parse(text)
     except Exception as exc:  # torchgen raises AssertionError/ValueError/... on bad text
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"cannot parse schema: {detail}") from None
@@ -223,3 +231,48 @@ def check_custom_schema(op: str, schema: str) -> str:
     if str(parsed.name) != want:
         raise ValueError(f"schema names {str(parsed.name)!r} but the op is {want!r}")
     return str(parsed)
+
+
+def _bracket_problem(text: str) -> str:
+    """'unclosed ( at column 11' and the like, or '' (quoted defaults are skipped)."""
+    pairs = {")": "(", "]": "["}
+    stack: list[tuple[str, int]] = []
+    quote = None
+    for col, ch in enumerate(text, 1):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
+            stack.append((ch, col))
+        elif ch in pairs:
+            if not stack or stack[-1][0] != pairs[ch]:
+                return f"{ch} at column {col} closes nothing"
+            stack.pop()
+    if stack:
+        ch, col = stack[-1]
+        return f"unclosed {ch} at column {col}"
+    return ""
+
+
+def torch_schema_problem(op: str, schema: str) -> str:
+    """What PyTorch's schema parser (the one TORCH_LIBRARY's def uses when the backend
+    loads) says about custom op `op`'s schema, or '' when it accepts it."""
+    import torch
+
+    qualified = f"{op.split('::', 1)[0]}::{schema.strip()}"
+    try:
+        torch._C.parse_schema(qualified)
+    except RuntimeError as exc:
+        lines = str(exc).strip().splitlines()
+        detail = lines[0].removesuffix(":").removesuffix(" here").strip() if lines else "refused"
+        marker = next((line for line in lines if "~" in line and "HERE" in line), None)
+        if marker is not None and len(lines) >= 2:
+            # the line above the marker is the schema; the ~ is under the offending character
+            schema_line = lines[lines.index(marker) - 1]
+            column = marker.index("~") - (len(schema_line) - len(schema_line.lstrip()))
+            column -= len(qualified.split("::", 1)[0]) + 2  # as written, without `ns::`
+            if column >= 0:
+                detail += f" at column {column + 1}"
+        return f"{detail} (PyTorch's schema parser)"
+    return ""

@@ -1,6 +1,7 @@
 """Warnings about a backend that loads but is probably not what was meant.
 
-`check_backend(root)` loads the backend (SpecErrors propagate) and returns
+`check_backend(root)` loads the backend (SpecErrors propagate; custom op schemas
+are also given to PyTorch's own parser) and returns
 human-readable warnings, each `file:line: message`, for things that are
 legal yet suspicious: nothing here stops code generation.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from .loader import load_backend
+from .loader import check_schemas_with_torch, load_backend
 
 
 def check_backend(root: str | Path, canonical: Iterable[str | Path] | None = None) -> list[str]:
@@ -18,6 +19,7 @@ def check_backend(root: str | Path, canonical: Iterable[str | Path] | None = Non
 
     `canonical` as in load_backend."""
     backend = load_backend(root, canonical)
+    check_schemas_with_torch(backend.all_ops)
     desc = backend.descriptor
     warnings: list[str] = []
 

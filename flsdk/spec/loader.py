@@ -15,11 +15,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field as _field
 from pathlib import Path
 
 from . import aten
 from .dtypes import default_tolerance, did_you_mean
-from .errors import ErrorCollector, SpecError, SpecErrors
+from .errors import ErrorCollector, SpecError, SpecErrors, format_path
 from .model import Backend, CompileConfig, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
 from .reference import REFERENCE_EXPECTED, reference_problem
@@ -59,11 +61,24 @@ def load_opspecs(paths: Iterable[str | Path]) -> list[OpSpec]:
     return ops
 
 
-def _load_opspecs(paths: Iterable[str | Path], errors: ErrorCollector) -> list[OpSpec]:
+@dataclass
+class _Invalid:
+    """What op spec files with errors name: ops and families that exist but did not
+    load. A `native:` entry or fallback list naming one of them is not reported again
+    as unknown (its spec's own errors say what is wrong)."""
+
+    ops: set[str] = _field(default_factory=set)
+    families: set[str] = _field(default_factory=set)
+    unreadable: bool = False   # a file whose ops could not be read at all (malformed YAML, no `ops` list)
+
+
+def _load_opspecs(paths: Iterable[str | Path], errors: ErrorCollector,
+                  invalid: _Invalid | None = None) -> list[OpSpec]:
+    invalid = _Invalid() if invalid is None else invalid
     ops: list[OpSpec] = []
     seen: dict[str, OpSpec] = {}
     for path in paths:
-        for spec in _load_opspec_file(path, errors):
+        for spec in _load_opspec_file(path, errors, invalid):
             first = seen.get(spec.op)
             if first is not None:
                 errors.add(SpecError(spec.file, spec.line, "op",
@@ -75,17 +90,23 @@ def _load_opspecs(paths: Iterable[str | Path], errors: ErrorCollector) -> list[O
     return ops
 
 
-def _load_opspec_file(path: str | Path, errors: ErrorCollector) -> list[OpSpec]:
+def _load_opspec_file(path: str | Path, errors: ErrorCollector, invalid: _Invalid) -> list[OpSpec]:
     try:
         doc = load_yaml(path)
     except SpecError as err:
         errors.add(err)
+        invalid.unreadable = True
+        invalid.families.add(Path(path).stem)
         return []
     schema_errors = validate(doc, "opspec")
     for err in schema_errors:
         errors.add(err)
     clean = _Clean(err.path for err in schema_errors)
     if not isinstance(doc.data, dict) or not isinstance(doc.data.get("ops"), list):
+        invalid.unreadable = True
+        invalid.families.add(Path(path).stem)
+        if isinstance(doc.data, dict) and isinstance(doc.data.get("family"), str):
+            invalid.families.add(doc.data["family"])
         return []
     # A family with a schema error still lets the ops be checked; the
     # placeholder never reaches a returned OpSpec since the file has errors.
@@ -98,6 +119,12 @@ def _load_opspec_file(path: str | Path, errors: ErrorCollector) -> list[OpSpec]:
             errors.add(err)
         if spec is not None and not problems and not schema_errors:
             out.append(spec)
+        elif isinstance(entry, dict) and isinstance(entry.get("op"), str):
+            invalid.ops.add(entry["op"])
+    if schema_errors or len(out) < len(doc.data["ops"]):
+        invalid.families.add(Path(path).stem)
+        if isinstance(doc.data.get("family"), str):
+            invalid.families.add(doc.data["family"])
     return out
 
 
@@ -242,6 +269,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         variant_ops=variant_ops,
         reference=entry.get("reference") if custom else None,
         cpu_reference_dtype=None if custom else entry.get("cpu_reference_dtype"),
+        schema_at=(doc.line(base + ("schema",)), format_path(base + ("schema",))) if custom else None,
     )
 
 
@@ -251,83 +279,120 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
 def load_device(path: str | Path) -> DeviceDescriptor:
     """Load a device.yaml; raise SpecErrors on any problem."""
     errors = ErrorCollector()
-    result = _load_device(path, errors)
+    loaded = _load_device(path, errors)
     errors.raise_if_any()
-    return result[0]
+    return loaded.descriptor
 
 
-def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescriptor, Document] | None:
+@dataclass
+class _LoadedDevice:
+    """A device.yaml as far as it could be read: the descriptor when the file has no
+    error, else None; and what load_backend's cross-file checks need either way (only
+    fields without a schema error of their own, so one mistake is reported once)."""
+
+    descriptor: DeviceDescriptor | None
+    doc: Document
+    name: str | None                        # None: `name` itself is wrong
+    dtypes: tuple[str, ...] | None          # None: `dtypes` itself is wrong
+    native: list[tuple[int, NativeSelection]] = _field(default_factory=list)   # (index, entry)
+    fallback: list[tuple[str, int, str]] = _field(default_factory=list)        # (list, index, entry)
+
+
+def _at(data, path: tuple, default=None):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return default
+        data = data[key]
+    return data
+
+
+def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | None:
+    """Every problem of the file: schema errors, then the meaning checks of every
+    field that has no schema error (a typo in one field hides nothing else)."""
     try:
         doc = load_yaml(path)
     except SpecError as err:
         errors.add(err)
         return None
     schema_errors = validate(doc, "device")
-    if schema_errors:
-        for err in schema_errors:
-            errors.add(err)
+    for err in schema_errors:
+        errors.add(err)
+    if not isinstance(doc.data, dict):
         return None
+    clean = _Clean(err.path for err in schema_errors)
     before = len(errors.errors)
     data = doc.data
-    name = data["name"]
-    problem = backend_name_problem(name)
-    if problem:
-        errors.add(doc.error(("name",), problem,
-                             "lowercase letters and _ (what torch.device accepts), not a torch device type, torch module or keyword"))
-    upper = name.upper()
 
-    def size(path: tuple, value, default: int | None = None) -> int:
-        if value is None:
+    def ok(*path) -> bool:
+        """The field is present and free of schema errors (in, above or below it)."""
+        return clean(path) and _at(data, path, _MISSING) is not _MISSING
+
+    name = data["name"] if ok("name") else None
+    if name is not None:
+        problem = backend_name_problem(name)
+        if problem:
+            errors.add(doc.error(("name",), problem,
+                                 "lowercase letters and _ (what torch.device accepts), not a torch device type, torch module or keyword"))
+    upper = (name or "").upper()
+
+    def size(path: tuple, default: int | None = None) -> int:
+        if not ok(*path):
             return default if default is not None else 0
         try:
-            return parse_size(value)
+            return parse_size(_at(data, path))
         except SizeError as exc:
             errors.add(doc.error(path, exc.message, exc.expected))
             return default or 1
 
-    memory = data["memory"]
-    capacity = size(("memory", "capacity"), memory["capacity"])
-    alignment = size(("memory", "alignment"), memory.get("alignment"), 512)
+    memory = data["memory"] if isinstance(data.get("memory"), dict) else {}
+    capacity = size(("memory", "capacity"))
+    alignment = size(("memory", "alignment"), 512)
     if alignment & (alignment - 1):
         errors.add(doc.error(("memory", "alignment"), f"{alignment} is not a power of two", "e.g. 256, 512, 4096"))
 
-    alloc = data.get("allocator", {})
-    round_size = size(("allocator", "round_size"), alloc.get("round_size"), alignment)
-    max_split = alloc.get("max_split_size", "unlimited")
+    alloc = data.get("allocator", {}) if isinstance(data.get("allocator", {}), dict) else {}
+    round_size = size(("allocator", "round_size"), alignment)
+    max_split = alloc.get("max_split_size", "unlimited") if clean(("allocator", "max_split_size")) else "unlimited"
     if isinstance(max_split, str) and max_split.strip().lower() == "unlimited":
         max_split_size = None
     else:
-        max_split_size = size(("allocator", "max_split_size"), max_split)
-    gc = float(alloc.get("garbage_collection_threshold", 0.0))
+        max_split_size = size(("allocator", "max_split_size"))
+    gc = float(alloc.get("garbage_collection_threshold", 0.0)) if ok("allocator", "garbage_collection_threshold") else 0.0
     if not math.isfinite(gc):
         errors.add(doc.error(("allocator", "garbage_collection_threshold"), f"{gc!r} is not a number",
                              "a number in [0, 1)"))
 
-    dtypes = tuple(data["dtypes"])
-    amp = tuple(data.get("amp_dtypes", ()))
-    for j, d in enumerate(amp):
+    dtypes = tuple(data["dtypes"]) if ok("dtypes") else None
+    amp = tuple(data["amp_dtypes"]) if ok("amp_dtypes") else ()
+    for j, d in enumerate(amp if dtypes is not None else ()):
         if d not in dtypes:
             errors.add(doc.error(("amp_dtypes", j), f"{d!r} is not in dtypes", "amp dtypes the device supports"))
-    quant = data.get("quantization", {})
-    qdtypes = tuple(quant.get("dtypes", ()))
-    for j, d in enumerate(qdtypes):
+    quant = data.get("quantization", {}) if isinstance(data.get("quantization", {}), dict) else {}
+    qdtypes = tuple(quant["dtypes"]) if ok("quantization", "dtypes") else ()
+    for j, d in enumerate(qdtypes if dtypes is not None else ()):
         if d not in dtypes:
             errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
                                  "quantized storage dtypes the device supports"))
 
-    comm = data.get("comm_backend")
+    comm = data.get("comm_backend") if ok("comm_backend") else None
     if comm in BUILTIN_COMM_BACKENDS:
         errors.add(doc.error(("comm_backend",), f"{comm!r} is a torch.distributed backend already",
-                             f"a name of your own, e.g. {name}ccl"))
+                             f"a name of your own, e.g. {name or 'mychip'}ccl"))
 
-    native = []
-    for j, item in enumerate(data.get("native", [])):
-        (kind, value), = item.items()
-        native.append(NativeSelection(kind=kind, name=value, line=doc.line(("native", j))))
+    native: list[tuple[int, NativeSelection]] = []
+    entries = data.get("native", [])
+    for j, item in enumerate(entries if isinstance(entries, list) else []):
+        if not clean(("native", j)):
+            continue
+        selection = _native_selection(doc, j, item, dtypes, errors)
+        if selection is not None:
+            native.append((j, selection))
 
-    fb = data.get("fallback", {})
+    fb = data.get("fallback", {}) if isinstance(data.get("fallback", {}), dict) else {}
+    fallback: list[tuple[str, int, str]] = []
     for listname in ("deny", "allow"):
-        for j, entry in enumerate(fb.get(listname, [])):
+        for j, entry in enumerate(fb.get(listname, []) if ok("fallback", listname) else []):
+            fallback.append((listname, j, entry))
             if aten.is_custom(entry) and not entry.startswith("aten::"):
                 continue  # vendor ops are checked against the backend's specs by load_backend
             if not aten.matches_op_or_base(entry):
@@ -335,26 +400,27 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                 errors.add(doc.error(("fallback", listname, j), f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
                                      "an op overload (add.Tensor) or base name (add)"))
 
-    compile_section = data.get("compile", {"codegen": "none"})
-    if compile_section["codegen"] != "triton":
-        for key in ("triton_backend", "cudagraphs", "autotune"):
-            if key in compile_section:
-                errors.add(doc.error(("compile", key), f"`{key}` applies to codegen triton only, "
-                                     f"not {compile_section['codegen']}",
-                                     "remove it, or set codegen: triton"))
-    if compile_section["codegen"] == "none" and "channels_last" in compile_section:
-        errors.add(doc.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp "
-                             "or triton, not none (nothing is compiled)",
-                             "remove it, or set codegen: cpp or triton"))
-    if compile_section["codegen"] != "cpp" and "sleef_u35" in compile_section:
-        errors.add(doc.error(("compile", "sleef_u35"), "`sleef_u35` applies to codegen cpp only "
-                             f"(Inductor's C++ kernels), not {compile_section['codegen']}",
-                             "remove it, or set codegen: cpp"))
+    compile_section = data.get("compile", {"codegen": "none"}) if ok("compile") or "compile" not in data else None
+    if compile_section is not None:
+        if compile_section["codegen"] != "triton":
+            for key in ("triton_backend", "cudagraphs", "autotune"):
+                if key in compile_section:
+                    errors.add(doc.error(("compile", key), f"`{key}` applies to codegen triton only, "
+                                         f"not {compile_section['codegen']}",
+                                         "remove it, or set codegen: triton"))
+        if compile_section["codegen"] == "none" and "channels_last" in compile_section:
+            errors.add(doc.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp "
+                                 "or triton, not none (nothing is compiled)",
+                                 "remove it, or set codegen: cpp or triton"))
+        if compile_section["codegen"] != "cpp" and "sleef_u35" in compile_section:
+            errors.add(doc.error(("compile", "sleef_u35"), "`sleef_u35` applies to codegen cpp only "
+                                 f"(Inductor's C++ kernels), not {compile_section['codegen']}",
+                                 "remove it, or set codegen: cpp"))
 
-    memory_model = memory.get("model", "host")
-    primitives = tuple(data.get("runtime_primitives", ()))
-    if (compile_section["codegen"] == "cpp" and memory_model == "discrete"
-            and "host_kernels" not in primitives):
+    memory_model = memory.get("model", "host") if clean(("memory", "model")) else None
+    primitives = tuple(data.get("runtime_primitives", ())) if clean(("runtime_primitives",)) else None
+    if (compile_section is not None and compile_section["codegen"] == "cpp" and memory_model == "discrete"
+            and primitives is not None and "host_kernels" not in primitives):
         errors.add(doc.error(("compile", "codegen"),
                              "codegen cpp makes Inductor's kernels host code, which cannot read the "
                              "memory of a discrete device (memory.model: discrete) unless the runtime "
@@ -362,9 +428,13 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
                              "add host_kernels to runtime_primitives (and implement launch_host_kernel "
                              "and device_view in runtime/adapter.cpp), or use codegen triton or none"))
 
+    loaded = _LoadedDevice(descriptor=None, doc=doc, name=name, dtypes=dtypes, native=native,
+                           fallback=fallback)
+    if schema_errors or len(errors.errors) > before:
+        return loaded
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
-    descriptor = DeviceDescriptor(
+    loaded.descriptor = DeviceDescriptor(
         name=name,
         display_name=data.get("display_name", name),
         device_count_default=int(count["default"]),
@@ -383,7 +453,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         quantization_schemes=tuple(quant.get("schemes", ())),
         quantization_dtypes=qdtypes,
         comm_backend=data.get("comm_backend"),
-        native=tuple(native),
+        native=tuple(sel for _, sel in native),
         fallback=FallbackPolicy(
             mode=fb.get("mode", "allow"),
             deny=tuple(fb.get("deny", ())),
@@ -398,9 +468,41 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> tuple[DeviceDescri
         kernel_launch=data.get("kernel_launch", "inline"),
         runtime_primitives=primitives,
     )
-    if len(errors.errors) > before:
+    return loaded
+
+
+_MISSING = object()
+_NATIVE_ENTRY = "exactly one of `opspec: <all|family>` or `op: <name>` per entry"
+
+
+def _native_selection(doc: Document, j: int, item: dict, device_dtypes: tuple[str, ...] | None,
+                      errors: ErrorCollector) -> NativeSelection | None:
+    """One schema-valid `native` entry as a NativeSelection, or None (errors added)."""
+    base = ("native", j)
+    if "op" in item and "opspec" in item:
+        errors.add(doc.error(base, "selects a family (`opspec`) and an op (`op`) at once", _NATIVE_ENTRY))
         return None
-    return descriptor, doc
+    if "dtypes" in item and "op" not in item:
+        if "opspec" in item:
+            errors.add(doc.error(base + ("dtypes",), "`dtypes` narrows one op, not a family",
+                                 f"a separate `{{op: <name>, dtypes: [...]}}` entry for each op of "
+                                 f"{item['opspec']!r} to narrow"))
+        else:
+            errors.add(doc.error(base + ("dtypes",), "`dtypes` without an `op`", "{op: <name>, dtypes: [...]}"))
+        return None
+    dtypes = None
+    if "dtypes" in item:
+        dtypes = tuple(item["dtypes"])
+        bad = False
+        for k, dtype in enumerate(dtypes if device_dtypes is not None else ()):
+            if dtype not in device_dtypes:
+                bad = True
+                errors.add(doc.error(base + ("dtypes", k), f"{dtype!r} is not in the device's dtypes",
+                                     "dtypes among device.yaml `dtypes`: " + ", ".join(device_dtypes)))
+        if bad:
+            return None
+    kind = "op" if "op" in item else "opspec"
+    return NativeSelection(kind=kind, name=item[kind], line=doc.line(base), dtypes=dtypes)
 
 
 def _compile_config(section: dict, name: str) -> CompileConfig:
@@ -447,28 +549,41 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
     if not device_path.is_file():
         raise SpecError(str(device_path), None, "", "file not found",
                         "a backend directory containing device.yaml") from None
-    loaded = _load_device(device_path, errors)
-    all_ops = _load_opspecs(backend_opspec_files(root, canonical), errors)
-    if loaded is None:
+    device = _load_device(device_path, errors)
+    invalid = _Invalid()
+    all_ops = _load_opspecs(backend_opspec_files(root, canonical), errors, invalid)
+    if device is None:
         errors.raise_if_any()
-    descriptor, doc = loaded
+    doc = device.doc
 
     for spec in all_ops:
-        if spec.is_custom and spec.namespace != descriptor.name:
+        if spec.is_custom and device.name is not None and spec.namespace != device.name:
             errors.add(SpecError(spec.file, spec.line, "op",
                                  f"custom op namespace {spec.namespace!r} is not the backend name",
-                                 f"{descriptor.name}::{spec.name.split('.')[0]}"))
+                                 f"{device.name}::{spec.name.split('.')[0]}"))
+
+    def only_invalid(name: str) -> bool:
+        """`name` has a spec that did not load (or may be in an unreadable file):
+        its spec's errors are reported, a 'no op spec' here would only mislead."""
+        if name in invalid.ops:
+            return True
+        own_custom = aten.is_custom(name) and not name.startswith("aten::")
+        return own_custom and invalid.unreadable
 
     by_name = {spec.op: spec for spec in all_ops}
     families = sorted({spec.family for spec in all_ops})
     selected: set[str] = set()
-    for j, sel in enumerate(descriptor.native):
+    op_dtypes: dict[str, tuple[str, ...]] = {}
+    narrowed_at: dict[str, int] = {}
+    for j, sel in device.native:
         field = ("native", j, sel.kind)
         if sel.kind == "opspec":
             if sel.name == "all":
                 selected.update(by_name)
             elif sel.name in families:
                 selected.update(s.op for s in all_ops if s.family == sel.name)
+            elif sel.name in invalid.families:
+                pass  # the family's file has errors, reported there
             else:
                 hint = did_you_mean(sel.name, families + ["all"])
                 errors.add(doc.error(field, f"unknown op family {sel.name!r}" + (f"; {hint}" if hint else ""),
@@ -476,6 +591,10 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
         else:
             if sel.name in by_name:
                 selected.add(sel.name)
+                if sel.dtypes is not None:
+                    _narrow(doc, j, sel, by_name[sel.name], op_dtypes, narrowed_at, errors)
+            elif only_invalid(sel.name):
+                pass
             elif not aten.is_custom(sel.name) and aten.exists(sel.name):
                 errors.add(doc.error(field, f"{sel.name!r} has no op spec",
                                      "add it to an op spec file (opspec/*.yaml of the backend) first"))
@@ -495,15 +614,52 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
                 errors.add(doc.error(field, f"unknown op {sel.name!r}" + (f"; {hint}" if hint else ""),
                                      "an op listed in an op spec file"))
 
-    for listname in ("deny", "allow"):
-        for j, entry in enumerate(getattr(descriptor.fallback, listname)):
-            if aten.is_custom(entry) and not entry.startswith("aten::") and entry not in by_name:
-                errors.add(doc.error(("fallback", listname, j), f"unknown custom op {entry!r}",
-                                     "a custom op defined in the backend's opspec/*.yaml"))
+    for listname, j, entry in device.fallback:
+        if (aten.is_custom(entry) and not entry.startswith("aten::") and entry not in by_name
+                and not only_invalid(entry)):
+            errors.add(doc.error(("fallback", listname, j), f"unknown custom op {entry!r}",
+                                 "a custom op defined in the backend's opspec/*.yaml"))
 
     errors.raise_if_any()
     ops = [spec for spec in all_ops if spec.op in selected]
-    return Backend(descriptor=descriptor, ops=ops, all_ops=all_ops, root=root)
+    return Backend(descriptor=device.descriptor, ops=ops, all_ops=all_ops, root=root, op_dtypes=op_dtypes)
 
 
-__all__ = ["load_opspecs", "load_device", "load_backend", "backend_opspec_files"]
+def _narrow(doc: Document, j: int, sel: NativeSelection, spec: OpSpec, op_dtypes: dict,
+            narrowed_at: dict, errors: ErrorCollector) -> None:
+    """`{op: <name>, dtypes: [...]}`: the dtypes must be the op spec's (the device's
+    were checked with device.yaml), and one entry per op narrows it."""
+    if sel.name in narrowed_at:
+        errors.add(doc.error(("native", j, "dtypes"),
+                             f"{sel.name!r} is narrowed twice (first at line {narrowed_at[sel.name]})",
+                             "one `dtypes` list per op"))
+        return
+    narrowed_at[sel.name] = sel.line
+    bad = False
+    for k, dtype in enumerate(sel.dtypes):
+        if dtype not in spec.dtypes:
+            bad = True
+            errors.add(doc.error(("native", j, "dtypes", k),
+                                 f"{dtype!r} is not among the dtypes of {sel.name!r} ({spec.file}:{spec.line})",
+                                 "dtypes among: " + ", ".join(spec.dtypes)))
+    if not bad:
+        op_dtypes[sel.name] = sel.dtypes
+
+
+def check_schemas_with_torch(ops: Iterable[OpSpec]) -> None:
+    """Raise SpecErrors for custom ops whose schema PyTorch's own parser refuses
+    (torchgen's, which the loaders use, accepts some of those). It imports torch
+    (~2 s), so `flsdk check` and `flsdk gen` call it, not every load."""
+    errors = ErrorCollector()
+    for spec in ops:
+        if spec.is_custom and spec.schema and spec.schema_at:
+            problem = aten.torch_schema_problem(spec.op, spec.schema)
+            if problem:
+                line, field = spec.schema_at
+                base = spec.name.split(".")[0]
+                errors.add(SpecError(spec.file, line, field, f"cannot parse schema: {problem}",
+                                     f'a schema like "{base}(Tensor self) -> Tensor"'))
+    errors.raise_if_any()
+
+
+__all__ = ["load_opspecs", "load_device", "load_backend", "backend_opspec_files", "check_schemas_with_torch"]

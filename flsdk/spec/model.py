@@ -44,6 +44,7 @@ class OpSpec:
     cpu_reference_dtype: str | dict[str, str] | None = None
     # ^ aten ops: dtype the CPU reference computes in for the dtypes CPU's kernel refuses,
     #   or {dtype: reference dtype} for dtypes always compared that way
+    schema_at: tuple[int, str] | None = None  # custom ops: (line, field) of `schema:`, for errors
 
     @property
     def namespace(self) -> str:
@@ -58,11 +59,14 @@ class OpSpec:
 
 @dataclass(frozen=True)
 class NativeSelection:
-    """One entry of device.yaml `native`: `{opspec: all|<family>}` or `{op: <name>}`."""
+    """One entry of device.yaml `native`: `{opspec: all|<family>}`, `{op: <name>}`,
+    or `{op: <name>, dtypes: [...]}` (the op's kernel computes only these dtypes:
+    calls in its spec's other dtypes run on the CPU fallback)."""
 
     kind: str   # "opspec" or "op"
     name: str   # "all", a family, or an op name
     line: int   # line in device.yaml
+    dtypes: tuple[str, ...] | None = None  # kind "op" only: the narrowed dtypes, None = the spec's
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,9 @@ class DeviceDescriptor:
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (tuples as lists), e.g. for a generated DESCRIPTOR."""
         data = dataclasses.asdict(self)
+        for entry in data["native"]:
+            if entry["dtypes"] is None:
+                del entry["dtypes"]  # no override: as before overrides existed
         return _plain(data)
 
 
@@ -140,6 +147,8 @@ class Backend:
     ops: list[OpSpec]       # ops selected native by descriptor.native, in all_ops order
     all_ops: list[OpSpec]   # canonical ops (files sorted by name) then the backend's own opspec/*.yaml
     root: Path
+    op_dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # ^ device.yaml `native: - {op: relu, dtypes: [float32]}`: op -> the dtypes its kernel computes
 
     @property
     def name(self) -> str:
@@ -153,5 +162,10 @@ class Backend:
         raise KeyError(name)
 
     def dtypes_for(self, spec: OpSpec) -> tuple[str, ...]:
-        """Dtypes both the op and the device support, in the op's order."""
-        return tuple(d for d in spec.dtypes if d in self.descriptor.dtypes)
+        """Dtypes the backend's kernel of `spec` computes, in the op's order: those both
+        the op and the device support, narrowed by device.yaml's `{op: ..., dtypes: [...]}`.
+        The generated wrappers send the op's other dtypes to the CPU fallback, and the
+        generated conformance tests test these."""
+        narrowed = self.op_dtypes.get(spec.op)
+        return tuple(d for d in spec.dtypes if d in self.descriptor.dtypes
+                     and (narrowed is None or d in narrowed))

@@ -546,57 +546,178 @@ def _tensors_of(value: Any, where: str = "result") -> list[tuple[str, torch.Tens
     return []
 
 
+def _seeded(device: str | torch.device, seed: int | None):
+    """Both global generators (CPU's and the device's) seeded with `seed` for the
+    duration, their states restored afterwards (None: left alone)."""
+    import contextlib
+
+    if seed is None:
+        return contextlib.nullcontext()
+    dev = torch.device(device)
+    devices = [] if dev.type == "cpu" else [
+        dev.index if dev.index is not None else torch.get_device_module(dev.type).current_device()]
+
+    @contextlib.contextmanager
+    def seeded():
+        with torch.random.fork_rng(devices=devices, device_type=dev.type):
+            torch.manual_seed(seed)  # CPU and every device's default generator
+            yield
+    return seeded()
+
+
+def _draw(op_name: str, args: list, kwargs: dict, device: str | torch.device,
+          out: tuple[str, torch.dtype] | None = None) -> list[tuple[str, torch.Tensor]]:
+    """One run of a random op on fresh copies of the inputs on `device`: the tensors
+    it returns and the arguments it writes, on CPU. `out`: (out= argument, dtype) of
+    an out variant, passed empty (so the wrapper's resize runs too)."""
+    op = resolve_op(op_name)
+    a, kw = to_device(args, device), to_device(kwargs, device)
+    if out is not None:
+        kw[out[0]] = torch.empty(0, dtype=out[1], device=device)
+    tensors = _tensors_of(run_op(op_name, a, kw, device))
+    pos, names = _mutated_positions(op)
+    tensors += [t for i in pos if i < len(a) for t in _tensors_of(a[i], f"written arg {i}")]
+    tensors += [t for n in names if n in kw for t in _tensors_of(kw[n], f"written {n}=")]
+    dev_type = torch.device(device).type
+    for where, t in tensors:
+        if t.device.type != dev_type:
+            raise AssertionError(f"{op_name}: {where} is on {t.device}, not on {device}: the op did "
+                                 f"not sample on the device")
+    return [(where, t.cpu()) for where, t in tensors]
+
+
+def _ks_distance(e: torch.Tensor, a: torch.Tensor) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest distance between the
+    empirical distribution functions of `e` and `a` (1-d, float64, no NaN)."""
+    e, a = e.sort().values, a.sort().values
+    grid = torch.cat([e, a]).unique()
+    fe = torch.searchsorted(e, grid, right=True).double() / len(e)
+    fa = torch.searchsorted(a, grid, right=True).double() / len(a)
+    return float((fe - fa).abs().max())
+
+
+def _compare_draws(label: str, where: str, e: torch.Tensor, a: torch.Tensor, atol: float,
+                   rtol: float, sigmas: float) -> float:
+    """`e` (CPU) and `a` (device): R draws of one output each, shape (R, *shape).
+    Returns the largest difference of per-position means."""
+    draws = e.shape[0]
+    e = e.double().reshape(draws, -1)
+    a = a.double().reshape(draws, -1)
+    e_finite, a_finite = e.isfinite(), a.isfinite()
+    if not a_finite.all() and e_finite.all():
+        raise AssertionError(f"{label}: {where}: non-finite values where CPU has none")
+    if e_finite.all() and a_finite.all():
+        mask = None
+    else:  # compare where both drew finite values
+        mask = e_finite.all(0) & a_finite.all(0)
+        e, a = e[:, mask], a[:, mask]
+    if e.numel() == 0:
+        return 0.0
+    # 1. every position (element of the output): its mean over the draws.
+    #    Deterministic positions (no spread in either run) must match CPU's value.
+    mean_e, mean_a = e.mean(0), a.mean(0)
+    var_e, var_a = (e.var(0), a.var(0)) if draws > 1 else (torch.zeros_like(mean_e),) * 2
+    allowed = sigmas * ((var_e + var_a) / draws).sqrt() + atol + rtol * mean_e.abs()
+    diff = (mean_a - mean_e).abs()
+    worst = int(diff.sub(allowed).argmax())
+    if diff[worst] > allowed[worst]:
+        raise AssertionError(
+            f"{label}: {where}: element {worst}: mean {float(mean_a[worst]):.4g} vs CPU "
+            f"{float(mean_e[worst]):.4g} over {draws} draws (allowed difference {float(allowed[worst]):.3g})")
+    # 2. all draws pooled: the mean, more sensitive than one position's
+    n = e.numel()
+    pooled_e, pooled_a = float(e.mean()), float(a.mean())
+    allowed_pooled = sigmas * math.sqrt((float(e.var()) + float(a.var())) / n) + atol + rtol * abs(pooled_e)
+    if abs(pooled_a - pooled_e) > allowed_pooled:
+        raise AssertionError(f"{label}: {where}: mean {pooled_a:.4g} vs CPU {pooled_e:.4g} over "
+                             f"{n} values (allowed difference {allowed_pooled:.3g})")
+    if draws > 1:
+        # 3. the spread of each position over the draws (a generator that repeats
+        #    itself, or a wrong scale): within-position variance, with its standard
+        #    error estimated from the squared deviations themselves
+        dev_e, dev_a = (e - mean_e).square(), (a - mean_a).square()
+        k = draws / (draws - 1)
+        w_e, w_a = float(dev_e.mean()) * k, float(dev_a.mean()) * k
+        se = k * math.sqrt((float(dev_e.var()) + float(dev_a.var())) / n)
+        slack = 2 * (atol + rtol * math.sqrt(float(e.square().mean()))) * math.sqrt(w_e)
+        if abs(w_a - w_e) > sigmas * se + slack:
+            raise AssertionError(
+                f"{label}: {where}: spread over draws (variance of an element) {w_a:.4g} vs CPU "
+                f"{w_e:.4g} (allowed difference {sigmas * se + slack:.3g})")
+    # 4. the shape of the distribution: two-sample Kolmogorov-Smirnov test on all
+    #    draws, at the significance of `sigmas` standard deviations
+    alpha = math.erfc(sigmas / math.sqrt(2))
+    critical = math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt(2 / n)
+    distance = _ks_distance(e.reshape(-1), a.reshape(-1))
+    if distance > critical:
+        raise AssertionError(
+            f"{label}: {where}: distribution differs from CPU's (Kolmogorov-Smirnov distance "
+            f"{distance:.4f} over {n} values per side, allowed {critical:.4f})")
+    return float(diff.max())
+
+
 def compare_statistics(op_name: str, sample: list, dtype: str | torch.dtype,
                        device: str | torch.device, sigmas: float = 6.0,
-                       seed: int = 0) -> CompareResult:
-    """Check a random op (skip_conformance "random: checked statistically").
+                       seed: int = 0, draws: int | None = None, rng_seed: int | None = 0,
+                       variant: tuple[str, str] | None = None) -> CompareResult:
+    """Check a random op (skip_conformance "random: checked statistically") on `device`.
 
-    Random streams differ between devices, so results are compared as samples of
-    a distribution: same dtype and shape, finite where CPU's are, and the mean
-    within `sigmas` standard errors (estimated from both runs). A deterministic
-    output (no spread in either run) must match CPU's mean up to the dtype's
-    tolerance. Covers the result and the arguments the op writes.
+    Random streams differ between devices, so results are compared as samples of a
+    distribution. The op runs `draws` times on CPU and on `device` (alternately,
+    CPU first; each run on fresh copies of the sample's inputs, made with `seed`),
+    from global generators seeded with `rng_seed` (None: unseeded) and restored
+    afterwards. Each output (the result and the arguments the op writes) must have
+    CPU's dtype and shape, be finite where CPU's is, and its draws must agree with
+    CPU's: each element's mean over the draws, the mean of all draws, each element's
+    spread over the draws, and the distribution of all draws (two-sample
+    Kolmogorov-Smirnov), each within `sigmas` standard errors. A deterministic
+    output (no spread) must match CPU's up to the dtype's tolerance.
+
+    `variant` ("inplace" or "out", variant op name): the device runs that variant
+    of `op_name`; CPU runs the in-place op itself, or the functional op for "out".
+    Default `draws`: enough for about 32k values of each output (64 to 1024): a mean
+    off by a tenth of a standard deviation, or a scale off by 10%, fails.
     """
     dtype = parse_dtype(dtype)
     atol, rtol = default_tolerance(dtype)
-    op = resolve_op(op_name)
     args, kwargs = materialize(sample, dtype, "cpu", seed)
-    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
-    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
-    expected = _tensors_of(run_op(op_name, cpu_args, cpu_kwargs, "cpu"))
-    actual = _tensors_of(_to_cpu(run_op(op_name, dev_args, dev_kwargs, device)))
-    pos, names = _mutated_positions(op)
-    for i in pos:
-        if i < len(cpu_args):
-            expected += _tensors_of(cpu_args[i], f"mutated arg {i}")
-            actual += _tensors_of(_to_cpu(dev_args[i]), f"mutated arg {i}")
-    for n in names:
-        if n in cpu_kwargs:
-            expected += _tensors_of(cpu_kwargs[n], f"mutated {n}=")
-            actual += _tensors_of(_to_cpu(dev_kwargs[n]), f"mutated {n}=")
-
-    label = f"{op_name} [{dtype}] sample {sample!r} on {device}"
+    name = variant[1] if variant else op_name
+    label = f"{name} [{dtype}] sample {sample!r} on {device}"
+    if variant is not None and variant[0] not in ("inplace", "out"):
+        raise ValueError(f"variant kind {variant[0]!r}: expected 'inplace' or 'out'")
+    cpu_op = variant[1] if variant and variant[0] == "inplace" else op_name
+    expected_runs, actual_runs = [], []
+    with _seeded(device, rng_seed):
+        first = _draw(cpu_op, args, kwargs, "cpu")
+        out = None
+        if variant and variant[0] == "out":
+            written = _written_kwargs(resolve_op(variant[1]))
+            if len(written) != 1:
+                raise ValueError(f"{variant[1]}: expected one out= argument, schema has {written}")
+            out = (written[0], first[0][1].dtype)
+        size = max([1] + [t.numel() for _, t in first])
+        count = draws or min(1024, max(64, math.ceil(32768 / size)))
+        for i in range(count):
+            expected_runs.append(first if i == 0 else _draw(cpu_op, args, kwargs, "cpu"))
+            actual_runs.append(_draw(name, args, kwargs, device, out))
+    expected, actual = expected_runs[0], actual_runs[0]
+    if out is not None:  # the device's out= and its result are both CPU's result
+        expected = [expected[0], (f"written {out[0]}=", expected[0][1])]
+        expected_runs = [[run[0], (f"written {out[0]}=", run[0][1])] for run in expected_runs]
     if len(expected) != len(actual):
         raise AssertionError(f"{label}: {len(actual)} tensors, expected {len(expected)}")
     worst = 0.0
-    for (where, e), (_, a) in zip(expected, actual):
+    for j, ((where, e), (_, a)) in enumerate(zip(expected, actual)):
         if e.dtype != a.dtype or e.shape != a.shape:
             raise AssertionError(f"{label}: {where}: {a.dtype}{tuple(a.shape)} != expected "
                                  f"{e.dtype}{tuple(e.shape)}")
         if e.numel() == 0:
             continue
-        e64, a64 = e.double(), a.double()
-        if not torch.equal(e64.isfinite(), a64.isfinite()) and not a64.isfinite().all():
-            raise AssertionError(f"{label}: {where}: non-finite values where CPU has none")
-        mean_e, mean_a = float(e64.mean()), float(a64.mean())
-        # Standard error of the difference of two sample means; both spreads are
-        # used so that one run that happened to draw a constant does not make
-        # the check exact.
-        var = (float(e64.var()) + float(a64.var())) if e.numel() > 1 else 0.0
-        allowed = sigmas * math.sqrt(var / e.numel()) + atol + rtol * abs(mean_e)
-        diff = abs(mean_a - mean_e)
-        worst = max(worst, diff)
-        if diff > allowed:
-            raise AssertionError(f"{label}: {where}: mean {mean_a:.4g} vs CPU {mean_e:.4g} "
-                                 f"(allowed difference {allowed:.3g})")
-    return CompareResult(op_name, dtype, worst, 0.0, len(expected))
+        for run in actual_runs:
+            if run[j][1].dtype != e.dtype or run[j][1].shape != e.shape:
+                raise AssertionError(f"{label}: {where}: {run[j][1].dtype}{tuple(run[j][1].shape)} "
+                                     f"in one draw, expected {e.dtype}{tuple(e.shape)}")
+        e_all = torch.stack([run[j][1] for run in expected_runs])
+        a_all = torch.stack([run[j][1] for run in actual_runs])
+        worst = max(worst, _compare_draws(label, where, e_all, a_all, atol, rtol, sigmas))
+    return CompareResult(name, dtype, worst, 0.0, len(expected))
