@@ -5,8 +5,15 @@
 Groups: tiny (8-element ops), op (1M add, matmul, conv), pointwise (every
 pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps) -- all at
 one intra-op thread, `torch.set_num_threads(1)`, which also makes acme use one
-compute unit -- and train_mt (the train steps at the default thread count:
-CPU's intra-op threads against acme's compute units).
+compute unit -- train_mt (the train steps at the default thread count:
+CPU's intra-op threads against acme's compute units), and host (the asynchronous
+picture: the time until an op's call returns to the caller, which on acme is
+the host part only -- checks, output allocation, the launch -- while the device
+works on its stream; on the CPU it is the whole op).
+
+Every run also counts the host's waits for the device per train step
+(`torch_fl.count_host_syncs`): an asynchronous backend waits only where a result
+must reach the host.
 
 Targets (ratios device/CPU, lower is better) are documented in
 benchmarks/README.md; this script reports what is reached and never fails on
@@ -25,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import measure_interleaved  # noqa: E402
 
-TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2}
+TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.5}
 N = 1 << 20
 
 
@@ -119,12 +126,61 @@ def train_steps(device):
             "GPT train step (8x32 tokens, AdamW)": gpt_step}
 
 
+def host_ops(device):
+    """Ops whose host time is measured (see host_time)."""
+    ops = tiny_ops(device)
+    x = torch.randn(N, device=device)
+    y = torch.randn(N, device=device)
+    return {"add (8 elems)": ops["add (8 elems)"], "relu (8 elems)": ops["relu (8 elems)"],
+            "add 1M elems": lambda: torch.add(x, y), "exp 1M elems": lambda: torch.exp(x)}
+
+
+def host_time(fn, device: str, calls: int, repeats: int) -> float:
+    """Median seconds until `calls` calls of `fn` return, per call, without waiting
+    for the device in between (it is waited for after each round, outside the
+    timing). On the CPU this is the op's whole time."""
+    import statistics
+    import time
+
+    from _timing import sync
+
+    fn()
+    sync(device)
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - start) / calls)
+        sync(device)
+    return statistics.median(rounds)
+
+
+def host_syncs_per_step(device: str, quick: bool) -> list[dict]:
+    """Host waits for the device in one train step, by reason (the steps call no
+    .item(): every wait counted is one the backend chose)."""
+    import torch_fl
+
+    rows = []
+    for name, step in train_steps(device).items():
+        step()  # warm-up: first-touch allocations are not a step's cost
+        torch.accelerator.synchronize()
+        steps = 2 if quick else 5
+        with torch_fl.count_host_syncs() as waits:
+            for _ in range(steps):
+                step()
+        per_step = {k: v / steps for k, v in waits.items() if v}
+        rows.append({"name": name, "syncs_per_step": sum(per_step.values()), "by_reason": per_step})
+    return rows
+
+
 GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 or default)
     "tiny": (tiny_ops, (0.3, 0.05), 1),
     "op": (big_ops, (0.5, 0.05), 1),
     "pointwise": (pointwise_ops, (0.2, 0.03), 1),
     "train": (train_steps, (2.0, 0.2), 1),
     "train_mt": (train_steps, (2.0, 0.3), None),
+    "host": (host_ops, (None, None), 1),  # host_time(): counted in calls, not seconds
 }
 
 
@@ -139,6 +195,15 @@ def run(quick: bool, only: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(threads or default_threads)
         cpu_fns, dev_fns = make("cpu"), make(device)
         for name in cpu_fns:
+            if kind == "host":
+                calls, repeats = (50, 3) if quick else (400, 5)
+                cpu_s = host_time(cpu_fns[name], "cpu", calls, repeats)
+                dev_s = host_time(dev_fns[name], device, calls, repeats)
+                rows.append({"kind": kind, "name": f"host time: {name}", "cpu_s": cpu_s, "acme_s": dev_s,
+                             "ratio": dev_s / cpu_s, "target": TARGETS.get(kind),
+                             "threads": torch.get_num_threads()})
+                print(f"  measured host time of {name}", file=sys.stderr, flush=True)
+                continue
             # CPU and acme rounds in turn: the machine's speed drifts over seconds
             # (CPU's own 2-thread ResNet step moved 28-37 ms between runs when
             # they were measured one after the other), and the drift must not
@@ -181,6 +246,13 @@ def main(argv=None) -> int:
     native.clear_fallback_log()
     rows = run(args.quick, args.only)
     print(table(rows))
+    syncs = []
+    if not args.only or "train" in args.only or "train_mt" in args.only:
+        syncs = host_syncs_per_step("acme", args.quick)
+        print("\nhost waits for the device per train step (acme):")
+        for r in syncs:
+            reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(r["by_reason"].items())) or "none"
+            print(f"  {r['name']}: {r['syncs_per_step']:g} ({reasons})")
     fallbacks = native.fallback_log()
     if fallbacks:
         print("\nops that ran on the CPU fallback during the benchmark (they slow acme down):")
@@ -188,7 +260,8 @@ def main(argv=None) -> int:
             print(f"  {e['op']}: {e['count']} calls, {e['time_s'] * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"torch": torch.__version__, "rows": rows, "fallbacks": fallbacks}, handle, indent=1)
+            json.dump({"torch": torch.__version__, "rows": rows, "host_syncs": syncs,
+                       "fallbacks": fallbacks}, handle, indent=1)
     return 0
 
 

@@ -25,6 +25,11 @@ struct acmeStream_st {
   std::deque<std::pair<std::function<void()>, const char*>> queue;
   uint64_t enqueued = 0, completed = 0;
   bool stop = false;
+  // Wake-ups are system calls: a push wakes the worker only when it sleeps, and a
+  // finished item wakes the host only when someone drains (most pushes find the
+  // worker busy, and most work completes with nobody waiting).
+  bool worker_sleeping = false;
+  int drainers = 0;
   std::string error;        // first unreported failure of queued work
   uint64_t more_errors = 0;  // failures after that one
   std::thread worker;
@@ -33,13 +38,15 @@ struct acmeStream_st {
   // False when the stream is being destroyed: a racing destroy must not
   // leave work queued that no worker will ever run.
   [[nodiscard]] bool push(std::function<void()> fn, const char* what) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lk(mu);
       if (stop) return false;
       queue.emplace_back(std::move(fn), what);
       ++enqueued;
+      wake = worker_sleeping;
     }
-    cv_work.notify_one();
+    if (wake) cv_work.notify_one();
     return true;
   }
 
@@ -48,7 +55,11 @@ struct acmeStream_st {
       std::pair<std::function<void()>, const char*> item;
       {
         std::unique_lock<std::mutex> lk(mu);
-        cv_work.wait(lk, [&] { return stop || !queue.empty(); });
+        while (!stop && queue.empty()) {
+          worker_sleeping = true;
+          cv_work.wait(lk);
+          worker_sleeping = false;
+        }
         if (queue.empty()) return;  // stop requested and drained
         item = std::move(queue.front());
         queue.pop_front();
@@ -68,9 +79,11 @@ struct acmeStream_st {
         err = "unknown exception (not derived from std::exception)";
       }
       item.first = nullptr;  // drop captures before reporting completion
+      bool wake;
       {
         std::lock_guard<std::mutex> lk(mu);
         ++completed;
+        wake = drainers > 0;
         if (!err.empty()) {
           if (error.empty())
             error = "acme: " + std::string(item.second) + " on stream #" + std::to_string(id) +
@@ -79,7 +92,7 @@ struct acmeStream_st {
             ++more_errors;
         }
       }
-      cv_done.notify_all();
+      if (wake) cv_done.notify_all();
     }
   }
 
@@ -89,7 +102,9 @@ struct acmeStream_st {
   std::string drain() {
     std::unique_lock<std::mutex> lk(mu);
     const uint64_t target = enqueued;
+    ++drainers;
     cv_done.wait(lk, [&] { return completed >= target; });
+    --drainers;
     std::string e = std::move(error);
     if (!e.empty() && more_errors)
       e += " (and " + std::to_string(more_errors) + " later failure(s) on this stream)";
@@ -108,7 +123,7 @@ struct acmeStream_st {
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
     }
-    cv_work.notify_all();
+    cv_work.notify_all();  // unconditionally: the worker may be about to sleep
     if (worker.joinable()) worker.join();
   }
 };
