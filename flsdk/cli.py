@@ -182,11 +182,23 @@ def cmd_new_backend(args) -> int:
     if code:  # a refused backend leaves nothing half-written behind
         _remove_scaffold(out, existed)
         return code
-    # The check runs from the parent folder: inside the backend's source folder the
-    # package directory shadows the installed one (no compiled _C there).
-    print(f"next: cd {out} && pip install --no-build-isolation . && cd .. && "
-          f"python -c \"import torch; print(torch.ones(2, device='{args.name}') + 1)\"")
+    print(next_steps(args.name, out))
     return 0
+
+
+def next_steps(name: str, out: Path) -> str:
+    """The hint new-backend ends with: build the backend, then one op on its device.
+    Python runs in a subshell in the parent folder: inside the backend's source folder
+    the package directory shadows the installed one (no compiled _C there), and the
+    vendor stays in the backend folder for what comes next (README's vendor's day)."""
+    import shlex
+
+    # (a backend name is a plain identifier: nothing in the double quotes needs escaping)
+    check = f"\"import torch; print(torch.ones(2, device='{name}') + 1)\""
+    return (f"next: cd {shlex.quote(str(out))} && pip install --no-build-isolation . && "
+            f"(cd .. && python -c {check})\n"
+            f"      (python runs outside {out.name}/: there its source folder would shadow "
+            f"the installed package)")
 
 
 def _remove_scaffold(out: Path, existed: bool) -> None:
@@ -362,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="e.g. acme:0 (default: first backend device)")
     p.add_argument("--model", default="resnet18", help="resnet18, gpt or none")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--record", default="torch_fl.lock.json",
+    from torch_fl.checklist import DEFAULT_RECORD  # standard library only: cheap
+
+    p.add_argument("--record", default=DEFAULT_RECORD,
                    help="version record file to write / compare (default: %(default)s)")
     p.add_argument("--update-record", action="store_true", help="accept changed versions")
     p.add_argument("--min-bandwidth", type=float, default=0.01,

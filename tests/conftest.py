@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from required_backend import acme_skip_reason
 from scaffold import build_into, flsdk
 
 
@@ -20,3 +21,14 @@ def zeta_first_build(tmp_path_factory):
     site = base / "site_first"
     build_into(root, site)
     return root, site
+
+
+@pytest.fixture(scope="session")
+def acme_backend():
+    """The acme backend, loaded in this process. Skips only when acme is not
+    installed at all and not required (tests/required_backend.py); an installed
+    acme that does not load, or a missing one in CI, fails every test using it."""
+    reason = acme_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return "acme"

@@ -10,8 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_benchmark_quick_run_reports_every_row(tmp_path):
-    pytest.importorskip("torch_fl_acme")
+def test_benchmark_quick_run_reports_every_row(tmp_path, acme_backend):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_acme.py"), "--quick",
                            "--json", str(out)], capture_output=True, text=True, timeout=600)
@@ -20,14 +19,17 @@ def test_benchmark_quick_run_reports_every_row(tmp_path):
     names = {r["name"] for r in rows}
     assert {"add (8 elems)", "matmul 1024x1024", "ResNet-18 train step (8x3x32x32, SGD)", "sin",
             "gelu"} <= names
-    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt"}
+    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host"}
     assert all(r["cpu_s"] > 0 and r["acme_s"] > 0 for r in rows)
+    # The asynchronous picture: host waits per train step, by reason, for both models.
+    syncs = json.loads(out.read_text())["host_syncs"]
+    assert len(syncs) == 2 and all(r["syncs_per_step"] >= 0 for r in syncs), syncs
+    assert "host waits for the device per train step" in proc.stdout
     assert all(r["threads"] == 1 for r in rows if r["kind"] != "train_mt")
     assert "| group | benchmark | threads | CPU | acme |" in proc.stdout
 
 
-def test_import_benchmark_reports_both_settings(tmp_path):
-    pytest.importorskip("torch_fl_acme")
+def test_import_benchmark_reports_both_settings(tmp_path, acme_backend):
     out = tmp_path / "import.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_import.py"), "--runs", "1",
                            "--json", str(out)], capture_output=True, text=True, timeout=600)
@@ -39,8 +41,7 @@ def test_import_benchmark_reports_both_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_compile_benchmark_quick_run(tmp_path):
-    pytest.importorskip("torch_fl_acme")
+def test_compile_benchmark_quick_run(tmp_path, acme_backend):
     out = tmp_path / "compile.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick",
                            "--only", "pointwise chain", "--json", str(out)],

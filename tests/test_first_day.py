@@ -229,9 +229,8 @@ def test_3_building_with_stale_generated_files_is_refused(first_day):
     assert _flsdk("gen", "--check", cwd=day.root, check=False).returncode == 0
 
 
-def test_4_two_backends_one_loads_the_other_warns_and_the_user_chooses(first_day):
-    day = first_day
-    pytest.importorskip("torch_fl_acme", reason="acme is the second backend of this test")
+def test_4_two_backends_one_loads_the_other_warns_and_the_user_chooses(first_day, acme_backend):
+    day = first_day  # acme (acme_backend: skipped only when not installed) is the second backend
     code = "import torch; print(torch._C._get_privateuse1_backend_name())"
     both = day.python(code)
     assert both.returncode == 0, both.stderr

@@ -20,7 +20,8 @@ import torch
 import torch_fl
 
 HERE = Path(__file__).resolve()
-acme = pytest.importorskip("torch_fl_acme")
+# acme, loaded; skipped only when not installed (tests/required_backend.py)
+pytestmark = pytest.mark.usefixtures("acme_backend")
 
 
 def _article_all_reduce(rank: int) -> None:

