@@ -62,10 +62,33 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
                 if discrete:
                     call_args = _host_values_to_device(kernel_name, call_args,
                                                        kwargs.get("arg_types"), device)
-                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                call = self.wrap_kernel_call(kernel_name, call_args)
+                guards = self._flsdk_device_guards()
+                if device.index is not None and (not guards or guards[-1] != device.index):
+                    # CppScheduling batches its kernels and writes them at a flush, and the
+                    # scheduler's last flush comes after it has left the graph's device guard:
+                    # the graph's last kernels would run with the caller's device current, on
+                    # that device's stream, racing the graph's own stream (slow-device test).
+                    call = f"with {V.graph.device_ops.device_guard(device.index)}: {call}"
+                self.writeline(call)
                 return
             return super()._generate_kernel_call_helper(
                 kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+        # The device guards open at this point of the wrapper's code, innermost last.
+        def _flsdk_device_guards(self) -> list:
+            if not hasattr(self, "_flsdk_guard_stack"):
+                self._flsdk_guard_stack = []
+            return self._flsdk_guard_stack
+
+        def codegen_device_guard_enter(self, device_idx, *args, **kwargs):
+            super().codegen_device_guard_enter(device_idx, *args, **kwargs)
+            self._flsdk_device_guards().append(device_idx)
+
+        def codegen_device_guard_exit(self):
+            super().codegen_device_guard_exit()
+            if self._flsdk_device_guards():
+                self._flsdk_device_guards().pop()
 
         def define_kernel(self, kernel_name, kernel_body, *args, **kwargs):
             stock = "async_compile.cpp_pybinding("
