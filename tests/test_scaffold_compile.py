@@ -25,7 +25,7 @@ def test_scaffold_compiles_a_small_model(zeta_first_build):
     assert generated.is_file(), sorted(p.name for p in generated.parent.iterdir())
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
-         "-W", "ignore::DeprecationWarning", str(generated)],
+         str(generated)],
         # not cwd=root: `python -m pytest` puts the cwd first on sys.path, and the source
         # tree's package (no built _C) would shadow the built one
         cwd=site, env=site_env(site, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1"),
@@ -34,3 +34,7 @@ def test_scaffold_compiles_a_small_model(zeta_first_build):
     from torch_fl.testing.compile_check import CASES
 
     assert f"{len(CASES)} passed" in proc.stdout, proc.stdout[-2000:]
+    # pytest's default warning filters, as the vendor runs `pytest tests`: torch's own
+    # deprecation warnings of Inductor's import (torch.jit.script_method) are not the
+    # backend's and are filtered by the scaffold's pyproject.toml; nothing else warns.
+    assert "warning" not in proc.stdout.lower(), proc.stdout[-3000:]

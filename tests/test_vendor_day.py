@@ -21,7 +21,7 @@ README = (ROOT / "README.md").read_text()
 
 
 def _vendor_day() -> list[str]:
-    block = re.search(r"## A vendor's day\n\n```\n(.*?)```", README, re.S).group(1)
+    block = re.search(r"^## A vendor's day\n.*?^```\n(.*?)^```", README, re.S | re.M).group(1)
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
@@ -114,8 +114,7 @@ def _closure(requirements: list[str]) -> set[str]:
 def _install_line_requirements() -> list[str]:
     """What README's vendor's day installs: torch, flsdk's dependencies and the
     extras its `pip install -e ".[...]"` names."""
-    day = _vendor_day()
-    line = day[0]
+    line = next(line for line in _vendor_day() if line.startswith("pip install torch"))
     assert line.startswith("pip install torch==2.13.0 && pip install -e "), line
     extras = re.search(r"-e \"?\.(?:\[([\w,]+)\])?\"?", line).group(1)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
