@@ -1,6 +1,9 @@
 """The `flsdk` command: new-backend, gen, check, ops, doctor, compare, readiness,
 conformance.
 
+compare, readiness, conformance and doctor's runtime half are torch_fl's commands
+(torch_fl.commands, the one torch_fl module flsdk's CLI imports); the rest is the SDK's.
+
 User mistakes (bad specs, bad arguments) print one clear message and exit 2;
 a Python traceback means a bug in flsdk.
 """
@@ -246,70 +249,11 @@ def cmd_doctor(args) -> int:
         print(f"backend {root.name}: generated for torch {generated_for}: "
               + ("matches" if same else "DOES NOT MATCH the installed torch: run flsdk gen and rebuild"))
         problems += 0 if same else 1
-    from torch_fl.compat import INIT_FAILURE_CAUSES, compat_matrix, compat_report
-    from torch_fl.discovery import backend_reports
+    from torch_fl import commands  # the runtime's half: installed backends, versions
 
-    for report in backend_reports():
-        state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
-        print(f"installed backend {report['name']} ({report['package']}): {state}")
-        problems += 0 if report["loaded"] else 1
-        shadow = _shadowing_source(report["package"])
-        if shadow:
-            print(f"backend {report['name']}: SHADOWED in this folder: {shadow}")
-            problems += 1
-    chosen = os.environ.get("TORCH_FL_BACKEND")
-    if chosen:
-        print(f"TORCH_FL_BACKEND={chosen}: `import torch` autoloads only that backend")
-    print("version compatibility (torch <-> torch_fl <-> backend <-> driver/runtime):")
-    print("  " + compat_report().replace("\n", "\n  "))
-    for row in compat_matrix():
-        if row["loaded"] and not row["torch_fl_ok"]:
-            problems += 1
-        if row["cause"]:
-            name, fix, _ = INIT_FAILURE_CAUSES[row["cause"]]
-            print(f"backend {row['name']} cannot start: {name} ({fix})")
+    problems += commands.doctor()
     print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
     return 1 if problems else 0
-
-
-def _shadowing_source(package: str) -> str | None:
-    """`python` started in the current folder imports ./<package> first (sys.path[0]
-    is ''); when that is a source folder without the built extension, every
-    `python -c "import torch ..."` run here gets the broken copy. doctor itself runs
-    from its script's folder and would not notice, so it looks."""
-    cwd = Path.cwd().resolve()
-    local = cwd / package
-    if not (local / "__init__.py").is_file() or list(local.glob("_C*.so")) or list(local.glob("_C*.pyd")):
-        return None
-    installed = None
-    for entry in sys.path:  # where python would find it if this folder were not first
-        base = Path(entry or ".").resolve()
-        if base != cwd and (base / package / "__init__.py").is_file():
-            installed = base / package
-            break
-    return (f"python started here imports {local} (a source folder, no built extension) instead of "
-            + (f"the installed {installed}" if installed else "an installed package (none found)")
-            + "; run python from another folder")
-
-
-def cmd_compare(args) -> int:
-    from torch_fl.cli_compare import run_compare
-
-    return run_compare(args)
-
-
-def cmd_readiness(args) -> int:
-    from torch_fl.cli_readiness import run_readiness
-
-    return run_readiness(args)
-
-def cmd_conformance(args) -> int:
-    if not args.opinfo:
-        return _err("conformance: choose a suite: --opinfo (PyTorch's OpInfo op_db on "
-                    "the device; the generated per-op tests run with `pytest tests`)")
-    from torch_fl.testing.opinfo import run_cli
-
-    return run_cli(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -358,44 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("compare", help="layer-by-layer precision report of a model on two devices")
-    p.add_argument("--model", default="resnet18",
-                   help="resnet18, gpt, or module:factory: your own model; factory() returns "
-                   "(model, inputs[, loss_fn[, targets]])")
-    p.add_argument("--device-a", default="cpu")
-    p.add_argument("--device-b", default=None)
-    p.add_argument("--json", help="write the report as JSON to this file")
-    p.add_argument("--atol", type=float, default=1e-3)
-    p.add_argument("--rtol", type=float, default=1e-3)
-    p.set_defaults(func=cmd_compare)
+    # compare, readiness, conformance: torch_fl's commands (the runtime they exercise)
+    from torch_fl import commands  # standard library only at import: cheap
 
-    p = sub.add_parser("readiness", help="the production-readiness checklist on a device "
-                       "(pass/warn/fail with evidence; exit 1 on a fail)")
-    p.add_argument("--device", default=None, help="e.g. acme:0 (default: first backend device)")
-    p.add_argument("--model", default="resnet18", help="resnet18, gpt or none")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    from torch_fl.checklist import DEFAULT_RECORD  # standard library only: cheap
-
-    p.add_argument("--record", default=DEFAULT_RECORD,
-                   help="version record file to write / compare (default: %(default)s)")
-    p.add_argument("--update-record", action="store_true", help="accept changed versions")
-    p.add_argument("--min-bandwidth", type=float, default=0.01,
-                   help="minimum all_reduce bus bandwidth in GB/s (default: %(default)s, a floor "
-                   "that catches a broken link; set what your training needs)")
-    p.add_argument("--no-bandwidth", action="store_true", help="skip the 2-process measurement")
-    p.add_argument("--no-faults", action="store_true", help="skip OOM / device-loss injection")
-    p.add_argument("--atol", type=float, default=1e-3)
-    p.add_argument("--rtol", type=float, default=1e-3)
-    p.set_defaults(func=cmd_readiness)
-
-    p = sub.add_parser("conformance", help="run PyTorch's OpInfo suite on a device vs CPU "
-                       "(acceptance test of a backend)")
-    p.add_argument("--opinfo", action="store_true",
-                   help="the OpInfo suite: every op of torch's op_db, device vs CPU")
-    from torch_fl.testing.opinfo import add_arguments  # no torch import at parse time
-
-    add_arguments(p)
-    p.set_defaults(func=cmd_conformance)
+    commands.add_commands(sub)
     return parser
 
 

@@ -27,6 +27,9 @@ def test_each_cuda_policy_kind_on_cpu():
         assert torch.softmax(a, -1).dtype == torch.float32                       # fp32_set_opt_dtype
         assert torch.softmax(a, -1, dtype=BF16).dtype == BF16                    # ... an explicit dtype stays
         assert torch.norm(a).dtype == torch.float32                              # fp32_append_dtype
+        # ... the redispatch gets the arguments the call left at their defaults
+        assert torch.ops.aten.norm.Scalar(a).dtype == torch.float32
+        assert torch.equal(torch.ops.aten.norm.ScalarOpt_dim(a, 2, [1]), torch.norm(a.float(), dim=1))
         assert torch.addcmul(x, a, a).dtype == torch.float32                     # promote: widest wins
         assert torch.addcmul(a, a, a).dtype == BF16
         assert torch.cat([x, a]).dtype == torch.float32                          # CPU-only promote falls through

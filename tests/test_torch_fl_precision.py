@@ -170,7 +170,7 @@ def test_compare_model_resnet18_perturbed_layer(tmp_path):
 
 
 def test_flsdk_compare_cli(tmp_path, capsys):
-    from torch_fl.cli_compare import run_compare
+    from torch_fl.commands import run_compare
 
     out = tmp_path / "report.json"
     args = types.SimpleNamespace(model="gpt", device_a="cpu", device_b=None, json=str(out),

@@ -122,7 +122,7 @@ def test_bandwidth_below_the_minimum_fails(monkeypatch):
 
 def test_readiness_cli_in_process(tmp_path, capsys):
     from flsdk.cli import build_parser
-    from torch_fl.cli_readiness import run_readiness
+    from torch_fl.commands import run_readiness
 
     args = build_parser().parse_args(["readiness", "--model", "none", "--json", "--no-bandwidth",
                                       "--record", str(tmp_path / "lock.json")])

@@ -332,11 +332,11 @@ def compare_precision(fn: Callable, inputs: Any, device_a: Any = "cpu", device_b
              if isinstance(t, torch.Tensor)]
     if len(out_a) != len(out_b):
         raise RuntimeError(f"fn returned {len(out_a)} tensors on {dev_a} but {len(out_b)} on {dev_b}")
-    from .testing.conformance import default_tolerance
+    from ._tables.dtypes import tolerance_for
 
     diffs = []
     for a, b in zip(out_a, out_b):
-        d_atol, d_rtol = default_tolerance(b.dtype)
+        d_atol, d_rtol = tolerance_for(str(b.dtype))
         diffs.append(tensor_diff(a, b, d_atol if atol is None else atol,
                                  d_rtol if rtol is None else rtol))
     return PrecisionComparison(diffs, str(dev_a), str(dev_b))

@@ -28,10 +28,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from flsdk.codegen import glue
+from .._tables import glue
 
 # Implemented by the generated glue of every backend, never by op specs. The list
-# is kept once, in flsdk (same distribution as torch_fl, import-free module).
+# is kept once, in torch_fl._tables.glue (shared with flsdk's code generator).
 GLUE_OPS = frozenset(glue.GLUE_OPS)
 
 # CompositeExplicitAutograd ops that select a device-specific path: the op a

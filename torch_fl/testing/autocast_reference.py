@@ -1,8 +1,8 @@
 """A CPU reference for a backend's autocast: CPU autocast with CUDA's policy.
 
-A flsdk backend's `torch.autocast("<device>")` runs PyTorch's CUDA policy
-(flsdk/codegen/autocast.py); `torch.autocast("cpu")` runs CPU's own, which
-differs in what matters for whole models: CPU keeps `cross_entropy_loss` in
+A flsdk backend's `torch.autocast("<device>")` runs PyTorch's CUDA policy (the
+op lists of torch's autocast_mode.h, read by torch_fl._tables.autocast);
+`torch.autocast("cpu")` runs CPU's own, which differs in what matters for whole models: CPU keeps `cross_entropy_loss` in
 float32 where CUDA computes the log-probabilities in the low precision
 (cross_entropy passes its input's dtype to log_softmax), CUDA runs
 `layer_norm`, `group_norm`, `softmax`, `exp`, `sum` ... in float32 where CPU
@@ -29,6 +29,8 @@ import contextlib
 import warnings
 from typing import Iterator
 
+from .._tables.autocast import BANNED_MESSAGE, cuda_policies, header_policy
+
 __all__ = ["cuda_autocast_policy_on_cpu"]
 
 
@@ -36,18 +38,17 @@ __all__ = ["cuda_autocast_policy_on_cpu"]
 def cuda_autocast_policy_on_cpu() -> Iterator[None]:
     import torch
 
-    from flsdk.codegen.autocast import BANNED_MESSAGE, torch_rules
-
-    rules = torch_rules()
+    policies = cuda_policies()
+    redispatch = {op: entry[0] for op, entry in header_policy().redispatch.items()}
     lib = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel" is the point
         for name in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"):
             ns, _, op = name.partition("::")
-            if ns == "aten" and op not in rules:
+            if ns == "aten" and op not in policies:
                 lib.impl(op, torch.library.fallthrough_kernel, "AutocastCPU")
-        for op, rule in rules.items():
-            lib.impl(op, _kernel(op, rule, BANNED_MESSAGE), "AutocastCPU")
+        for op, policy in policies.items():
+            lib.impl(op, _kernel(op, policy, redispatch.get(op)), "AutocastCPU")
     try:
         yield
     finally:
@@ -61,13 +62,15 @@ def _overload(name: str):
     return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
-def _kernel(op: str, rule, banned_message: dict):
+def _kernel(op: str, policy: str, redispatch_func: str | None):
+    """The AutocastCPU kernel of one op under CUDA's `policy`. fp32_append_dtype
+    ops (norm) call `redispatch_func` (the header's: another overload of the same
+    function) with their arguments and dtype=float32, as CUDA's wrapper does."""
     import torch
 
     func = _overload(op)
-    redispatch = _overload(rule.redispatch) if rule.redispatch else None
+    redispatch = getattr(torch.ops.aten, redispatch_func) if redispatch_func else None
     exclude = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
-    policy = rule.policy
 
     def eligible(t) -> bool:
         return (isinstance(t, torch.Tensor) and t.is_floating_point() and t.device.type == "cpu"
@@ -94,7 +97,7 @@ def _kernel(op: str, rule, banned_message: dict):
         low = torch.get_autocast_dtype("cpu")
         with torch._C._ExcludeDispatchKeyGuard(exclude):
             if policy == "banned":
-                raise RuntimeError(banned_message[op])
+                raise RuntimeError(BANNED_MESSAGE[op])
             if policy == "lower_precision_fp":
                 return func(*cast(args, low), **cast(kwargs, low))
             if policy == "fp32":
@@ -109,6 +112,7 @@ def _kernel(op: str, rule, banned_message: dict):
             if policy == "fp32_append_dtype":
                 if not first_eligible(args):
                     return func(*args, **kwargs)
+                args, kwargs = _every_argument(func, args, kwargs)
                 return redispatch(*args, **kwargs, dtype=torch.float32)
             if policy == "promote":
                 # the widest eligible floating dtype, low precision < float32
@@ -120,6 +124,22 @@ def _kernel(op: str, rule, banned_message: dict):
             raise AssertionError(f"autocast policy {policy!r} of {op} is not reproduced")
 
     return kernel
+
+
+def _every_argument(func, args, kwargs):
+    """args and kwargs with the defaults func's schema has and the call left out
+    (Python kernels receive calls without them; CUDA's C++ wrapper always has every
+    argument, so the other overload it redispatches to gets them all)."""
+    args = list(args)
+    kwargs = dict(kwargs)
+    for i, a in enumerate(func._schema.arguments):
+        if i < len(args) or a.name in kwargs or not a.has_default_value():
+            continue
+        if a.kwarg_only:
+            kwargs[a.name] = a.default_value
+        else:
+            args.append(a.default_value)
+    return args, kwargs
 
 
 def _with_float_dtype(func, args, kwargs, dtype):

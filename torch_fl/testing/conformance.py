@@ -2,8 +2,8 @@
 
 The inputs of an op come from the samples of its op spec, written in the sample
 DSL of docs/architecture.md ("T(2,3)+", "L(4;10)", "dtype:float16", ...). Its
-grammar is kept once, in flsdk.spec.samples (the parser `flsdk check` uses), and
-read here; a malformed token raises ValueError naming it.
+grammar is kept once, in torch_fl._tables.samples (the parser `flsdk check` uses
+too), and read here; a malformed token raises ValueError naming it.
 
 Inputs are always made on CPU with a seeded generator, then copied to the device,
 so CPU and device see identical values.
@@ -17,12 +17,10 @@ from typing import Any
 
 import torch
 
-from flsdk.spec.dtypes import ALIASES as DTYPE_ALIASES
-from flsdk.spec.dtypes import DTYPES as DTYPE_TABLE
-from flsdk.spec.dtypes import default_tolerance as _default_tolerance
-# The sample grammar is kept once, in flsdk (same distribution, torch-free module).
-from flsdk.spec.samples import TensorToken, classify
-
+from .._tables.dtypes import ALIASES as DTYPE_ALIASES
+from .._tables.dtypes import DTYPES as DTYPE_TABLE
+from .._tables.dtypes import tolerance_for
+from .._tables.samples import TensorToken, classify
 from . import rnn_reference
 
 __all__ = [
@@ -30,8 +28,8 @@ __all__ = [
     "default_tolerance", "materialize", "resolve_op", "run_op", "to_device", "parse_dtype",
 ]
 
-# Names, aliases and default tolerances come from flsdk's dtype table (torch-free,
-# shared with the spec loader); torch.<name> is the dtype itself.
+# Names, aliases and default tolerances come from the one dtype table (torch-free,
+# shared with flsdk's spec loader); torch.<name> is the dtype itself.
 _DTYPES = {name: getattr(torch, name) for name in DTYPE_TABLE}
 _DTYPES.update({alias: _DTYPES[name] for alias, name in DTYPE_ALIASES.items()})
 
@@ -49,8 +47,7 @@ def default_tolerance(dtype: str | torch.dtype) -> tuple[float, float]:
     """(atol, rtol) used when an op spec gives none for `dtype` (torch.testing.
     assert_close's; op specs widen them where an op accumulates or rounds
     differently); (0, 0) = exact, as for integer and bool results."""
-    name = str(parse_dtype(dtype)).removeprefix("torch.")
-    return _default_tolerance(name) if name in DTYPE_TABLE else (0.0, 0.0)
+    return tolerance_for(str(parse_dtype(dtype)))
 
 
 
