@@ -467,8 +467,7 @@ CASES: dict[str, Case] = {c.name: c for c in [
              n_groups=1, state_size=16, chunk_size=8, **_TINY_SSM),
          _causal_lm_batch, _hf_loss),
     # transformers: audio with a GroupNorm'd conv feature extractor, a weight-normed
-    # grouped positional conv, and CTC loss (both of the last on acme's CPU fallback
-    # today: KNOWN_FAILURES in test_real_models.py)
+    # grouped positional conv (_weight_norm_interface, dim=2), and CTC loss
     Case("hf-wav2vec2_ctc", "transformers",
          _hf("Wav2Vec2Config", "Wav2Vec2ForCTC", vocab_size=32, hidden_size=64, num_hidden_layers=2,
              num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32, 32),

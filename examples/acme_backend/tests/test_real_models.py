@@ -79,21 +79,10 @@ FP16_DEFAULT = {"tv-mobilenet_v3_small", "tv-swin", "tv-vit", "hf-llama", "hf-ba
 # (bf16 conv bias under autocast, _index_put_impl_ on the fallback, fused RNN
 # cells, 3-d convolution) are fixed, and the EfficientNet-B0 / MaxViT bf16
 # differences were CPU autocast's policy, which the reference no longer uses.
-# Wav2Vec2 (issue 27 item 11) runs two op pairs that no acme spec declares, so
-# they take the CPU fallback (the step's numbers match: loss equal to CPU's,
-# gradients as close to float64 as CPU's); both need an op spec, a kernel and a
-# rebuild:
-_WAV2VEC2_FALLBACKS = [
-    # torch._weight_norm (nn.utils.parametrizations.weight_norm, here on the
-    # positional conv with dim=2) calls the fused _weight_norm_interface whenever
-    # dim is 0 or the last one; repro: torch._weight_norm(v, g, 2) on acme
-    "_weight_norm_interface and _weight_norm_interface_backward have no acme kernel",
-    # the CTC head's loss; opinfo_baseline.json already lists
-    # nn.functional.ctc_loss as native: false
-    "_ctc_loss and _ctc_loss_backward have no acme kernel",
-]
-KNOWN_FAILURES: dict[tuple[str, str], list[str]] = {
-    ("hf-wav2vec2_ctc", precision): _WAV2VEC2_FALLBACKS for precision in PRECISIONS}
+# Wav2Vec2 (issue 27 item 11) used to fall back to CPU for
+# _weight_norm_interface(_backward) and _ctc_loss(_backward); they are native now
+# (opspec/norm.yaml, opspec/loss.yaml; kernels/weight_norm.cpp, kernels/ctc_loss.cpp).
+KNOWN_FAILURES: dict[tuple[str, str], list[str]] = {}
 
 
 def _slow(name, precision):

@@ -29,9 +29,7 @@ PRECISIONS = ("float32", "bf16-autocast")
 DEFAULT = {("tv-resnet18", "float32"), ("hf-llama", "float32"), ("hf-llama", "bf16-autocast")}
 
 # (model, precision) -> why it fails today; xfail(strict=True): remove once it passes.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("hf-wav2vec2_ctc", precision): "_weight_norm_interface(_backward), _ctc_loss(_backward) have no "
-    "acme kernel: they reach the CPU fallback (as in the eager suite)" for precision in PRECISIONS}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
