@@ -213,6 +213,11 @@ int count() { return configured(); }
 
 void run(int64_t n, int max_units, void (*body)(void*, int64_t), void* ctx) {
   if (n <= 0) return;
+  if (n == 1) {
+    // One chunk (every small tensor): on the caller, no job, no pool.
+    body(ctx, 0);
+    return;
+  }
   const int units = std::min(max_units, configured());
   Job job;
   job.device_work = acme_internal::on_device();

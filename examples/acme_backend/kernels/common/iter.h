@@ -210,13 +210,10 @@ class StridedIter {
   }
 
   // for_each split over the compute units in chunks of `grain` elements. The
-  // body must only touch the elements of the run it is given.
+  // body must only touch the elements of the run it is given. A single walk
+  // (for_each_range), whatever the size: the body is compiled once.
   template <class F>
   void parallel_for_each(int64_t grain, F&& body) const {
-    if (numel_ <= grain) {
-      for_each(body);
-      return;
-    }
     parallel_for(numel_, grain, [&](int64_t begin, int64_t end) { for_each_range(begin, end, body); });
   }
 

@@ -9,7 +9,13 @@
 // * a pointwise loop writes the same bytes with 1 unit or 16, and
 // * a reduction combines the same per-chunk partials in the same (chunk)
 //   order, so its result is bitwise identical for any unit count.
-// Loops of at most one chunk run inline without touching the pool.
+// Loops of at most one chunk run on the caller without touching the pool.
+//
+// The loop body is compiled once: every call, one chunk or many, reaches it
+// through units::run's out-of-line function pointer. An inline shortcut for
+// the one-chunk case would be a second copy of every vectorized loop body in
+// every kernel (it once doubled acme's compile time); the indirect call costs
+// nanoseconds.
 //
 // Units used: min(the device's compute units, torch's intra-op thread count):
 // acme's units are host threads that share the cores with torch's CPU work,
@@ -83,10 +89,6 @@ template <class F>
 inline void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  if (n <= grain) {
-    f(int64_t(0), n);
-    return;
-  }
   const int64_t chunks = (n + grain - 1) / grain;
   units::run(chunks, max_units(), [&](int64_t c) {
     const int64_t begin = c * grain;
@@ -100,7 +102,6 @@ template <class T, class Chunk, class Combine>
 inline T parallel_reduce(int64_t n, int64_t grain, T identity, Chunk&& chunk, Combine&& combine) {
   if (n <= 0) return identity;
   grain = std::max<int64_t>(grain, 1);
-  if (n <= grain) return combine(identity, chunk(int64_t(0), n));
   const int64_t chunks = (n + grain - 1) / grain;
   std::vector<T> partial(static_cast<size_t>(chunks), identity);
   units::run(chunks, max_units(), [&](int64_t c) {

@@ -27,6 +27,7 @@
 #include "device.h"
 
 #include <array>
+#include <optional>
 
 namespace acme::common {
 
@@ -63,53 +64,46 @@ inline bool all_plain(at::ScalarType compute, std::initializer_list<const at::Te
   return true;
 }
 
-// A binary op's factory with its second operand fixed to a wrapped number: a unary
-// factory. `value` is the CPU 0-dim tensor already cast to the compute dtype (as
-// prepare() casts it), so this path and the iterator's agree bit for bit.
-template <class Factory>
-inline auto bind_second(Factory factory, const at::Tensor& value) {
-  return [factory, &value](auto tag) {
-    using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    auto f = factory(tag);
-    const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
-    return [f, y](M x) { return f(x, y); };
-  };
+// The fast path's iterator: every operand plain (the compute dtype, the output's
+// shape, contiguous, on the device) or a wrapped number (`value`: a CPU 0-dim
+// tensor already cast to the compute dtype, as prepare() casts it, read as a
+// broadcast value). A few stores instead of promotion, broadcasting and dims
+// merging: what the host pays for a tiny op. Its device part is the iterator
+// path's own (launch_map* below), so each op's loops are compiled once.
+inline StridedIter plain_iter(const at::Tensor& out, std::initializer_list<const at::Tensor*> ins,
+                              const at::Tensor* value = nullptr) {
+  const int64_t n = out.numel();
+  const int64_t shape[1] = {n};
+  const int64_t unit[1] = {1};
+  StridedIter it{c10::IntArrayRef(shape)};
+  it.add_strided(static_cast<char*>(out.data_ptr()), shape, unit, out.element_size());
+  for (const at::Tensor* t : ins)
+    it.add_strided(static_cast<char*>(const_cast<void*>(t->const_data_ptr())), shape, unit,
+                   t->element_size());
+  if (value != nullptr) it.add(DeviceTensor(*value));
+  it.build();
+  return it;
 }
 
-// The device part of the plain paths: out[i] = f(in0[i], ...) over n elements,
-// split over the compute units. Pointers are device addresses.
-template <class O, class T, class M, class F, size_t N>
-inline void launch_plain(const at::Tensor& on, O* out, std::array<const T*, N> ins, int64_t n, F f) {
-  launch(on, [out, ins, n, f] {
-    O* o = static_cast<O*>(device_view(out));
-    std::array<const T*, N> x;
-    for (size_t k = 0; k < N; ++k) x[k] = static_cast<const T*>(device_view(ins[k]));
-    parallel_for(n, kGrainCheap, [&](int64_t begin, int64_t end) {
-      O* __restrict co = o + begin;
-      const int64_t len = end - begin;
-      if constexpr (N == 1) {
-        const T* __restrict a = x[0] + begin;
-        for (int64_t i = 0; i < len; ++i) {
-          auto r = f(static_cast<M>(a[i]));
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      } else if constexpr (N == 2) {
-        const T* __restrict a = x[0] + begin;
-        const T* __restrict b = x[1] + begin;
-        for (int64_t i = 0; i < len; ++i) {
-          auto r = f(static_cast<M>(a[i]), static_cast<M>(b[i]));
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      } else {
-        const T* __restrict a = x[0] + begin;
-        const T* __restrict b = x[1] + begin;
-        const T* __restrict c = x[2] + begin;
-        for (int64_t i = 0; i < len; ++i) {
-          auto r = f(static_cast<M>(a[i]), static_cast<M>(b[i]), static_cast<M>(c[i]));
-          co[i] = cvt<O, decltype(r)>(r);
-        }
-      }
+// The device parts of the drivers: the element functor `f` (from the op's factory)
+// gets values in M = opmath_t<T>; its result is rounded once into O.
+template <class O, class T, class M, class F>
+inline void launch_map1(const at::Tensor& on, const StridedIter& it, F f) {
+  launch(on, [it, f] { map1<O, T>(it, [&](T a) { return f(static_cast<M>(a)); }); });
+}
+
+template <class O, class T, class M, class F>
+inline void launch_map2(const at::Tensor& on, const StridedIter& it, F f) {
+  launch(on, [it, f] {
+    map2<O, T, T>(it, [&](T a, T b) { return f(static_cast<M>(a), static_cast<M>(b)); });
+  });
+}
+
+template <class O, class T, class M, class F>
+inline void launch_map3(const at::Tensor& on, const StridedIter& it, F f) {
+  launch(on, [it, f] {
+    map3<O, T, T, T>(it, [&](T a, T b, T c) {
+      return f(static_cast<M>(a), static_cast<M>(b), static_cast<M>(c));
     });
   });
 }
@@ -117,65 +111,53 @@ inline void launch_plain(const at::Tensor& on, O* out, std::array<const T*, N> i
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::ScalarType compute,
                                Factory factory) {
+  const at::ScalarType out_dtype = out_dtype_for<OutT>(compute);
+  at::Tensor out;
+  std::optional<StridedIter> it;
   if (all_plain(compute, {&self})) {
-    at::Tensor out = at::empty(self.sizes(), self.options().dtype(out_dtype_for<OutT>(compute)));
+    out = at::empty(self.sizes(), self.options().dtype(out_dtype));
     if (out.numel() == 0) return out;
-    dispatch<Set>(op, self.device(), compute, [&](auto tag) {
-      using T = ACME_T(tag);
-      using O = out_t<OutT, T>;
-      launch_plain<O, T, opmath_t<T>>(out, static_cast<O*>(out.data_ptr()),
-                                      std::array<const T*, 1>{static_cast<const T*>(self.const_data_ptr())},
-                                      self.numel(), factory(tag));
-    });
-    return out;
+    it.emplace(plain_iter(out, {&self}));
+  } else {
+    Elementwise e = prepare(op, {&self}, compute, out_dtype);
+    out = e.out;
+    if (out.numel() == 0) return out;
+    it.emplace(make_iter(e));
   }
-  Elementwise e = prepare(op, {&self}, compute, out_dtype_for<OutT>(compute));
-  if (e.out.numel() == 0) return e.out;
-  StridedIter it = make_iter(e);
-  dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
+  dispatch<Set>(op, out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    launch(e.out, [it, f = factory(tag)] {
-      map1<out_t<OutT, T>, T>(it, [&](T a) { return f(static_cast<M>(a)); });
-    });
+    launch_map1<out_t<OutT, T>, T, opmath_t<T>>(out, *it, factory(tag));
   });
-  return e.out;
+  return out;
 }
 
 template <unsigned Set, class OutT = void, class Factory>
 inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::Tensor& b,
                                 at::ScalarType compute, Factory factory) {
-  if (is_cpu_scalar(b)) {
-    // x * 1.5 from Python: a wrapped number; a unary loop instead of the iterator.
+  const at::ScalarType out_dtype = out_dtype_for<OutT>(compute);
+  at::Tensor out;
+  std::optional<StridedIter> it;
+  if (is_cpu_scalar(b) && all_plain(compute, {&a})) {
+    // x * 1.5 from Python: a wrapped number, read as a broadcast value.
     const at::Tensor value = cast(op, b, compute);
-    return unary_kernel<Set, OutT>(op, a, compute, bind_second(factory, value));
-  }
-  if (all_plain(compute, {&a, &b})) {
-    at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype_for<OutT>(compute)));
+    out = at::empty(a.sizes(), a.options().dtype(out_dtype));
     if (out.numel() == 0) return out;
-    dispatch<Set>(op, a.device(), compute, [&](auto tag) {
-      using T = ACME_T(tag);
-      using O = out_t<OutT, T>;
-      launch_plain<O, T, opmath_t<T>>(
-          out, static_cast<O*>(out.data_ptr()),
-          std::array<const T*, 2>{static_cast<const T*>(a.const_data_ptr()),
-                                  static_cast<const T*>(b.const_data_ptr())},
-          a.numel(), factory(tag));
-    });
-    return out;
+    it.emplace(plain_iter(out, {&a}, &value));
+  } else if (all_plain(compute, {&a, &b})) {
+    out = at::empty(a.sizes(), a.options().dtype(out_dtype));
+    if (out.numel() == 0) return out;
+    it.emplace(plain_iter(out, {&a, &b}));
+  } else {
+    Elementwise e = prepare(op, {&a, &b}, compute, out_dtype);
+    out = e.out;
+    if (out.numel() == 0) return out;
+    it.emplace(make_iter(e));
   }
-  Elementwise e = prepare(op, {&a, &b}, compute, out_dtype_for<OutT>(compute));
-  if (e.out.numel() == 0) return e.out;
-  StridedIter it = make_iter(e);
-  dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
+  dispatch<Set>(op, out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    launch(e.out, [it, f = factory(tag)] {
-      map2<out_t<OutT, T>, T, T>(
-          it, [&](T x, T y) { return f(static_cast<M>(x), static_cast<M>(y)); });
-    });
+    launch_map2<out_t<OutT, T>, T, opmath_t<T>>(out, *it, factory(tag));
   });
-  return e.out;
+  return out;
 }
 
 template <unsigned Set, class OutT = void, class Factory>
@@ -183,15 +165,10 @@ inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::
                                  const at::Tensor& c, at::ScalarType compute, Factory factory) {
   Elementwise e = prepare(op, {&a, &b, &c}, compute, out_dtype_for<OutT>(compute));
   if (e.out.numel() == 0) return e.out;
-  StridedIter it = make_iter(e);
+  const StridedIter it = make_iter(e);
   dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
-    using M = opmath_t<T>;
-    launch(e.out, [it, f = factory(tag)] {
-      map3<out_t<OutT, T>, T, T, T>(it, [&](T x, T y, T z) {
-        return f(static_cast<M>(x), static_cast<M>(y), static_cast<M>(z));
-      });
-    });
+    launch_map3<out_t<OutT, T>, T, opmath_t<T>>(e.out, it, factory(tag));
   });
   return e.out;
 }
@@ -215,6 +192,21 @@ inline bool inplace_plain(at::ScalarType compute, const at::Tensor& self,
     if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) return false;
   }
   return true;
+}
+
+// A binary op's factory with its second operand fixed to a wrapped number: a unary
+// factory, for the in-place drivers. `value` is the CPU 0-dim tensor already cast
+// to the compute dtype (as prepare() casts it), so this path and the functional
+// one agree bit for bit.
+template <class Factory>
+inline auto bind_second(Factory factory, const at::Tensor& value) {
+  return [factory, &value](auto tag) {
+    using T = ACME_T(tag);
+    using M = opmath_t<T>;
+    auto f = factory(tag);
+    const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
+    return [f, y](M x) { return f(x, y); };
+  };
 }
 
 // The device part of the in-place drivers: s[i] = f(s[i], others[k][i]...).
