@@ -131,6 +131,28 @@ def op_statuses(root: Path) -> list[dict]:
     return rows
 
 
+def op_locations(root: Path, ops: list[str]) -> dict[str, dict]:
+    """For each spec op in `ops`, what `flsdk gen` makes of it: `registered`
+    {overload: generated/register_kernels_<i>.cpp} and `tests`, the pytest node ids
+    of its generated conformance cases. Both come from the context `flsdk gen`
+    renders (flsdk.codegen.context), not from reading the generated files back, so
+    they hold for the current specs and kernels even before the next gen."""
+    from flsdk.codegen.context import build_context
+    from flsdk.codegen.kernel_scan import scan_kernels
+    from flsdk.spec import load_backend
+
+    backend = load_backend(root)
+    # The torch version only goes into generated text; locating ops does not need it.
+    ctx = build_context(backend, scan_kernels(root), torch_version="")
+
+    def here(path: str) -> str:  # relative to where the user stands, as op_statuses' spec
+        return os.path.relpath(root / path)
+
+    return {op: {"registered": {overload: here(path) for overload, path in ctx.registrations.get(op, {}).items()},
+                 "tests": [here(node) for node in ctx.conformance_test_ids(op)]}
+            for op in ops}
+
+
 def device_only_warnings(root: Path) -> list[str]:
     """`flsdk check`'s warnings for device-only ops that must be native but are not."""
     desc = root / "device.yaml"
@@ -139,12 +161,23 @@ def device_only_warnings(root: Path) -> list[str]:
 
 
 def cmd_ops(args) -> int:
-    rows = op_statuses(_backend_root(args.path))
+    root = _backend_root(args.path)
+    rows = op_statuses(root)
     if args.op:
         # "add" matches every overload (add.Tensor, add.Scalar, ...), like get_supported_ops.
         rows = [r for r in rows if r["op"] in args.op or r["op"].split(".")[0] in args.op]
+        unknown = [op for op in args.op if not any(op in (r["op"], r["op"].split(".")[0]) for r in rows)]
+        if unknown:  # an empty table would look like an answer
+            return _err(f"no op spec, glue op or device-only op named {', '.join(unknown)} in {root} "
+                        "(`flsdk ops` lists them all)")
     if args.status:
         rows = [r for r in rows if r["status"] in args.status]
+    if args.op:
+        # Named ops also get where gen registers and tests them (it costs a build of
+        # gen's context, a few seconds, so only for the ops asked about).
+        located = op_locations(root, [r["op"] for r in rows if r.get("spec")])
+        for r in rows:
+            r.update(located.get(r["op"], {}))
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -163,8 +196,34 @@ def cmd_ops(args) -> int:
         for r in rows:
             print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  "
                   f"{r['kernel'] or r.get('note', ''):{kwidth}}  {r.get('spec', '')}".rstrip())
+        for r in rows:
+            if "tests" in r:
+                print("\n" + _op_details(r))
     print("\n" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return 0
+
+
+def _op_details(row: dict) -> str:
+    """The registration shard and the conformance tests of one op, as lines a newcomer
+    can act on: files relative to where they stand, node ids to paste into pytest."""
+    lines = [f"{row['op']}:"]
+    by_file: dict[str, list[str]] = {}
+    for overload, path in row["registered"].items():
+        by_file.setdefault(path, []).append(overload)
+    for path, overloads in sorted(by_file.items()):
+        lines.append(f"  registered in {path}: {', '.join(overloads)}")
+    if not by_file:
+        why = {"native": "no wrapper of its own (the generated glue calls its kernel)",
+               "glue": "the generated glue implements it"}.get(
+            row["status"], "not registered: no native kernel yet (it runs on the CPU fallback)")
+        lines.append(f"  not registered: {why}")
+    if row["tests"]:
+        lines.append(f"  tested by {len(row['tests'])} generated conformance test(s); "
+                     "run one with `pytest NODE_ID`:")
+        lines += [f"    {node}" for node in row["tests"]]
+    else:
+        lines.append("  tested by no generated conformance test (the op is not selected native)")
+    return "\n".join(lines)
 
 
 def cmd_new_backend(args) -> int:

@@ -322,6 +322,17 @@ class BackendContext:
     registered_ops: list[str]
     skipped_variants: list[str]
     outputs: list[Output]
+    # Where each op spec ends up (`flsdk ops --op`), recorded as the outputs are built:
+    # spec op -> {registered overload: the generated/register_kernels_<i>.cpp registering it}
+    registrations: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    conformance_file: str = ""       # tests/generated/test_<name>_conformance.py
+    conformance_cases: dict = dataclasses.field(default_factory=dict)  # conformance_cases()
+
+    def conformance_test_ids(self, op: str) -> list[str]:
+        """The pytest node ids (relative to the backend root) of the generated
+        conformance tests of spec op `op`: its own cases, its variants', or its
+        visible skip."""
+        return [f"{self.conformance_file}::{test}" for test in conformance_tests_of(self.conformance_cases, op)]
 
 
 def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
@@ -442,12 +453,18 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
                for name in GENERATED_CPP]
     shards = register_shard_count(len(wrappers) + len(custom_wrappers))
+    registrations: dict[str, dict[str, str]] = {}
     for shard in range(shards):
         mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
         mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
+        path = f"generated/register_kernels_{shard}.cpp"
+        for w in mine:  # a variant's wrapper calls (and shares the shard of) its functional op
+            registrations.setdefault(w.kernel.op, {})[w.op] = path
+        for w in mine_custom:
+            registrations.setdefault(f"{d.name}::{w.op}", {})[f"{d.name}::{w.op}"] = path
         called = [k for w in mine + mine_custom for k in (w.kernel, w.variant_kernel) if k is not None]
         kernels = list({k.kernel: k for k in called}.values())
-        outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
+        outputs.append(Output("cpp/register_kernels_shard.cpp.j2", path,
                               {"shard": shard, "shards": shards, "wrappers": mine,
                                "custom_wrappers": mine_custom, "kernels": kernels}))
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
@@ -458,20 +475,52 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
     cases = conformance_cases(backend, native)
-    outputs.append(Output("tests/test_conformance.py.j2", f"tests/generated/test_{d.name}_conformance.py",
-                          {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}))
+    conformance_file = f"tests/generated/test_{d.name}_conformance.py"
+    outputs.append(Output("tests/test_conformance.py.j2", conformance_file,
+                          {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}
+                          | {"test_names": CONFORMANCE_TESTS}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
                           {"codegen": d.compile.codegen}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,
-                          skipped_variants=skipped, outputs=outputs)
+                          skipped_variants=skipped, outputs=outputs, registrations=registrations,
+                          conformance_file=conformance_file, conformance_cases=cases)
 
 
 def case_id(op: str, dtype: str, sample: int) -> str:
     """Test id of one case, stable when other ops are added: `add.Tensor-float32-s0`
     (`pytest -k add.Tensor` selects one op; custom ops read `acme.fused-float32-s0`)."""
     return f"{op.replace('::', '.')}-{dtype}-s{sample}"
+
+
+# The generated conformance test function of each kind of case (conformance_cases);
+# the template names its functions from this table, so `flsdk ops` names the same.
+CONFORMANCE_TESTS = {
+    "functional": "test_conformance", "variants": "test_variant_conformance",
+    "custom": "test_custom_op_conformance", "random": "test_random_op_statistics",
+    "random_variants": "test_random_variant_statistics", "skipped": "test_not_compared",
+}
+
+
+def not_compared_id(op: str) -> str:
+    """Test id of an op's visible skip (test_not_compared)."""
+    return op.replace("::", ".")
+
+
+def conformance_tests_of(cases: dict, op: str) -> list[str]:
+    """`test_function[case id]` of every generated conformance case of spec op `op`
+    (conformance_cases' output): the op's own cases, then its in-place / out
+    variants' (which name the functional op in their fourth field), or its skip."""
+    tests = []
+    for kind in ("functional", "custom", "random", "variants", "random_variants"):
+        # functional, custom and random cases name their op second; variant cases
+        # name the variant second and the functional op fourth
+        at = 3 if kind in ("variants", "random_variants") else 1
+        tests += [f"{CONFORMANCE_TESTS[kind]}[{case[0]}]" for case in cases[kind] if case[at] == op]
+    if op in cases["skipped"]:
+        tests.append(f"{CONFORMANCE_TESTS['skipped']}[{not_compared_id(op)}]")
+    return tests
 
 
 def _passes_dtype(sample: list) -> bool:
