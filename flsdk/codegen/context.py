@@ -92,6 +92,12 @@ class Wrapper:
     body: list[str]
     kernel: signatures.KernelSignature  # the vendor kernel it calls
     variant_kernel: signatures.KernelSignature | None = None  # the vendor's in-place/out kernel, tried first
+    # The dtype route (_dtype_route): the tensor arguments that must be in `dtypes` (the
+    # op's, narrowed by device.yaml) for the kernel to run; other calls go to the CPU
+    # fallback, or fail when `falls_back` is False (custom and device-only ops).
+    dtypes: tuple[str, ...] = ()
+    dtype_args: tuple[str, ...] = ()
+    falls_back: bool = True
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -176,6 +182,12 @@ def _dtype_set(dtypes) -> str:
     return "dtype_set({" + ", ".join(f"c10::ScalarType::{scalar_type(d)}" for d in dtypes) + "})"
 
 
+def _routed_args(func: FunctionSchema, tested: set[str], not_passed: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The tensor arguments _dtype_route checks against the op's dtypes, in schema order."""
+    return tuple(a.name for a in func.arguments.flat_all
+                 if a.name in tested and a.name not in not_passed and _tensor_like(a.type))
+
+
 def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes,
                  not_passed: frozenset[str] = frozenset(), custom: bool = False) -> list[str]:
     """Lines sending a call whose dtypes the kernel does not list to the CPU
@@ -228,11 +240,16 @@ def _annotated(body: list[str], func: FunctionSchema, spec: OpSpec, kernel: str,
             "  throw;", "}"]
 
 
+def falls_back(spec: OpSpec) -> bool:
+    """Whether calls in a dtype the op's kernel does not compute can run on the CPU
+    fallback. Custom and device-only ops have no CPU kernel: an unlisted dtype is an error."""
+    return not (spec.is_custom or spec.op.partition(".")[0] in DEVICE_ONLY_OPS or spec.op in DEVICE_ONLY_OPS)
+
+
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
                         op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
-    # Custom and device-only ops (no CPU kernel) cannot fall back: an unlisted dtype is an error.
-    no_cpu_kernel = spec.is_custom or spec.op.partition(".")[0] in DEVICE_ONLY_OPS or spec.op in DEVICE_ONLY_OPS
+    no_cpu_kernel = not falls_back(spec)
     tested = args_of_tested_dtype(spec, func)
     route = _dtype_route(func, name, tested, op_dtypes, custom=no_cpu_kernel)
     body = [f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"]
@@ -241,7 +258,8 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
         checks=_device_checks(func) + route,
         body=_annotated(body, func, spec, sig.kernel, op_dtypes, tested),
-        kernel=sig,
+        kernel=sig, dtypes=tuple(op_dtypes), dtype_args=_routed_args(func, tested),
+        falls_back=not no_cpu_kernel,
     )
 
 
@@ -295,7 +313,8 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
         checks=_device_checks(f_variant.func) + route, body=body, kernel=sig,
-        variant_kernel=variant_kernel,
+        variant_kernel=variant_kernel, dtypes=tuple(op_dtypes),
+        dtype_args=_routed_args(f_variant.func, tested, not_passed),
     )
 
 
@@ -439,6 +458,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "kernel_sources": scan.compiled_files,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(native, width=100),
+        # one line per op (hundreds of them): greppable, and gen's diffs stay small
+        "op_dtypes_lines": [f"{op!r}: {entry!r}," for op, entry in
+                            sorted(op_dtypes_table(backend, wrappers, custom_wrappers).items())],
         "device_only_py": pprint.pformat(
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
@@ -472,7 +494,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
     outputs += [Output(name, f"generated/{name}", {}, static=True) for name in STATIC_TOOLS]
     package = values["package"]
-    for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module")):
+    for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module"),
+                           ("op_dtypes", "op_dtypes")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
     cases = conformance_cases(backend, native)
     conformance_file = f"tests/generated/test_{d.name}_conformance.py"
@@ -486,6 +509,33 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           kernel_sigs=kernel_sigs, registered_ops=registered,
                           skipped_variants=skipped, outputs=outputs, registrations=registrations,
                           conformance_file=conformance_file, conformance_cases=cases)
+
+
+def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: list[Wrapper]) -> dict:
+    """The dtype routes of the generated wrappers, for the Python side (op_dtypes.py;
+    torch_fl.check_ops reads it): registered op -> `dtypes` its kernel computes, `args`
+    the tensor arguments that must be in them; `falls_back: False` when other dtypes
+    raise (the op has no CPU kernel) and `narrowed_in` (the device.yaml line that narrows
+    it) only when they apply, to keep the table small. Only ops whose kernel computes
+    fewer dtypes than the device lists: every other registered op takes all the device's
+    dtypes."""
+    device = set(backend.descriptor.dtypes)
+    ns = backend.name
+    table = {}
+    # (wrapper, the name it is registered under, its spec op); custom wrappers name their op bare
+    routes = [(w, w.op, w.kernel.op) for w in wrappers] + \
+        [(w, f"{ns}::{w.op}", f"{ns}::{w.kernel.op}") for w in custom_wrappers]
+    for w, registered, spec_op in routes:
+        if set(w.dtypes) >= device or not w.dtype_args:
+            continue
+        entry = {"dtypes": list(w.dtypes), "args": list(w.dtype_args)}
+        if not w.falls_back:
+            entry["falls_back"] = False
+        line = backend.narrowed_at(spec_op)
+        if line is not None:
+            entry["narrowed_in"] = f"device.yaml:{line}"
+        table[registered] = entry
+    return table
 
 
 def case_id(op: str, dtype: str, sample: int) -> str:

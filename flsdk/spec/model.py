@@ -169,3 +169,9 @@ class Backend:
         narrowed = self.op_dtypes.get(spec.op)
         return tuple(d for d in spec.dtypes if d in self.descriptor.dtypes
                      and (narrowed is None or d in narrowed))
+
+    def narrowed_at(self, op: str) -> int | None:
+        """The device.yaml line whose `{op: <op>, dtypes: [...]}` narrows `op`, or None."""
+        if op not in self.op_dtypes:
+            return None
+        return next(sel.line for sel in self.descriptor.native if sel.kind == "op" and sel.name == op)
