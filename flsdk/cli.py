@@ -97,7 +97,7 @@ def op_statuses(root: Path) -> list[dict]:
     composite (a device-only op the glue decomposes) or must-be-native (a
     device-only op with no CPU kernel: calling it fails until it is native).
     Device-only ops (flsdk/spec/device_only.py) say in `note` what runs them."""
-    from flsdk.codegen.context import kernel_name
+    from flsdk.codegen.context import falls_back, kernel_name
     from flsdk.codegen.glue import GLUE_OPS
     from flsdk.codegen.kernel_scan import scan_kernels
     from flsdk.spec import load_backend
@@ -116,7 +116,16 @@ def op_statuses(root: Path) -> list[dict]:
         else:
             status, where = "fallback", ""
         spec_at = f"{os.path.relpath(spec.file)}:{spec.line}"  # relative to where the user stands
-        rows.append({"op": spec.op, "family": spec.family, "status": status, "kernel": where, "spec": spec_at})
+        row = {"op": spec.op, "family": spec.family, "status": status, "kernel": where, "spec": spec_at}
+        if spec.op in selected:
+            # what its kernel computes: the generated wrapper sends the op's other dtypes
+            # to the CPU fallback (an op with no CPU kernel refuses them)
+            row["dtypes"] = list(backend.dtypes_for(spec))
+            row["other_dtypes"] = "CPU fallback" if falls_back(spec) else "error (the op has no CPU kernel)"
+            line = backend.narrowed_at(spec.op)
+            if line is not None:
+                row["narrowed"] = f"{os.path.relpath(root / 'device.yaml')}:{line}"
+        rows.append(row)
     by_op = {r["op"]: r for r in rows}
     for op, info in DEVICE_ONLY_OPS.items():
         row = by_op.get(op) or {"op": op, "family": "device-only", "status": "fallback", "kernel": ""}
@@ -187,15 +196,15 @@ def cmd_ops(args) -> int:
     if args.format == "markdown":
         print("| op | family | status | kernel | spec |\n| --- | --- | --- | --- | --- |")
         for r in rows:
-            print(f"| `{r['op']}` | {r['family']} | {r['status']} | {r['kernel'] or r.get('note', '')} "
-                  f"| {r.get('spec', '')} |")
+            print(f"| `{r['op']}` | {r['family']} | {r['status']}{_narrowed(r, ' ')} "
+                  f"| {r['kernel'] or r.get('note', '')} | {r.get('spec', '')} |")
     else:
         width = max([len(r["op"]) for r in rows] + [2])
         kwidth = max([len(r["kernel"] or r.get("note", "")) for r in rows if r.get("spec")] + [6])
         print(f"{'op':{width}}  {'family':12}  {'status':8}  {'kernel':{kwidth}}  spec")
         for r in rows:
             print(f"{r['op']:{width}}  {r['family']:12}  {r['status']:8}  "
-                  f"{r['kernel'] or r.get('note', ''):{kwidth}}  {r.get('spec', '')}".rstrip())
+                  f"{r['kernel'] or r.get('note', ''):{kwidth}}  {r.get('spec', '')}{_narrowed(r, '  ')}".rstrip())
         for r in rows:
             if "tests" in r:
                 print("\n" + _op_details(r))
@@ -203,10 +212,21 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def _narrowed(row: dict, sep: str) -> str:
+    """A narrowed op's note: its status holds for these dtypes only."""
+    if "narrowed" not in row:
+        return ""
+    return f"{sep}({', '.join(row['dtypes'])} only, narrowed at {row['narrowed']}; others: {row['other_dtypes']})"
+
+
 def _op_details(row: dict) -> str:
     """The registration shard and the conformance tests of one op, as lines a newcomer
     can act on: files relative to where they stand, node ids to paste into pytest."""
     lines = [f"{row['op']}:"]
+    if "dtypes" in row:
+        where = f"narrowed at {row['narrowed']}" if "narrowed" in row else "its spec's dtypes the device lists"
+        lines.append(f"  kernel computes {', '.join(row['dtypes'])} ({where}); "
+                     f"other dtypes: {row['other_dtypes']}")
     by_file: dict[str, list[str]] = {}
     for overload, path in row["registered"].items():
         by_file.setdefault(path, []).append(overload)

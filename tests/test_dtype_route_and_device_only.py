@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from flsdk.cli import device_only_warnings, op_statuses
 from flsdk.codegen.context import args_of_tested_dtype
@@ -127,3 +128,48 @@ def test_a_narrowed_op_routes_its_other_dtypes_to_the_fallback_and_tests_only_it
     backend = load_backend(root)
     assert backend.dtypes_for(backend.op("relu")) == ("float32", "bfloat16")
     assert len(backend.dtypes_for(backend.op("add.Tensor"))) > 2
+
+
+def test_a_narrowed_op_is_reported_with_its_dtypes_by_flsdk_ops_and_to_torch_fl(tmp_path, capsys, monkeypatch):
+    """Issue 27's narrowing reaches the reports: `flsdk ops` shows what relu's kernel
+    computes and where device.yaml narrows it, and the backend package ships the wrappers'
+    routes (op_dtypes.py) so that torch_fl.check_ops calls a float64 relu a fallback."""
+    import runpy
+
+    from flsdk.cli import main
+    from flsdk.codegen.generate import generate
+    from flsdk.scaffold import render_backend
+    from torch_fl.ops import _kernel_dtypes
+
+    root = tmp_path / "zeta"
+    render_backend("zeta", root)
+    device = root / "device.yaml"
+    device.write_text(device.read_text().replace("  - op: relu\n", "  - {op: relu, dtypes: [float32]}\n"))
+    line = device.read_text().splitlines().index("  - {op: relu, dtypes: [float32]}") + 1
+    (root / "kernels" / "relu.cpp").write_text(
+        '#include "kernels.h"\nnamespace zeta::kernels {\n'
+        "at::Tensor k_relu(const at::Tensor & self) {\n  return self;\n}\n}\n")
+    generate(root)
+
+    table = runpy.run_path(str(root / "torch_fl_zeta" / "_generated" / "op_dtypes.py"))["OP_DTYPES"]
+    narrowed = {"dtypes": ["float32"], "args": ["self"], "narrowed_in": f"device.yaml:{line}"}
+    assert table["relu"] == table["relu_"] == narrowed
+    assert "add.Tensor" not in table or "narrowed_in" not in table["add.Tensor"]
+    # torch_fl's reading of that entry: float64 calls leave the kernel
+    status, note = _kernel_dtypes("relu", table["relu"], {"self": {torch.float64}}, {"float32", "float64"}, "")
+    assert status == "fallback" and f"float32 only (device.yaml:{line})" in note and "float64 calls" in note
+    assert _kernel_dtypes("relu", table["relu"], {"self": {torch.float32}}, {"float32", "float64"}, "") == \
+        ("native", "")
+    # a dtype the device lacks altogether is check_ops' device-wide note, not this one
+    assert _kernel_dtypes("relu", table["relu"], {"self": {torch.complex64}}, {"float32"}, "") == ("native", "")
+
+    monkeypatch.chdir(root)
+    assert main(["ops", "--op", "relu"]) == 0
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if r.startswith("relu "))
+    assert row.split()[2] == "native" and f"(float32 only, narrowed at device.yaml:{line}; others: CPU fallback)" in row
+    assert f"  kernel computes float32 (narrowed at device.yaml:{line}); other dtypes: CPU fallback" in out
+    rows = {r["op"]: r for r in op_statuses(root)}
+    assert rows["relu"]["dtypes"] == ["float32"] and rows["relu"]["narrowed"] == f"device.yaml:{line}"
+    assert "narrowed" not in rows["add.Tensor"] and len(rows["add.Tensor"]["dtypes"]) > 1
+    assert "dtypes" not in rows["abs"]  # not selected: every call runs on the fallback

@@ -49,15 +49,16 @@ def test_flsdk_ops_names_the_registration_shard_and_the_conformance_tests_of_an_
     out = capsys.readouterr().out
     for op, registered in (("relu", ["relu", "relu_"]), ("acme::fused_bias_gelu", ["acme::fused_bias_gelu"])):
         lines = _details(out, op)
-        shard = re.fullmatch(r"  registered in (generated/register_kernels_\d+\.cpp): (.*)", lines[0])
-        assert shard and shard[2].split(", ") == registered, lines[0]
+        at = next(i for i, line in enumerate(lines) if line.startswith("  registered in "))
+        shard = re.fullmatch(r"  registered in (generated/register_kernels_\d+\.cpp): (.*)", lines[at])
+        assert shard and shard[2].split(", ") == registered, lines[at]
         # that shard, and no other, registers each overload
         name = op.split("::")[-1]
         for path in sorted((ACME / "generated").glob("register_kernels_*.cpp")):
             impl = f'm.impl("{name}"' in path.read_text()
             assert impl == (path.name == Path(shard[1]).name), (op, path.name)
-        tests = [line.strip() for line in lines[2:]]
-        assert re.search(rf"tested by {len(tests)} generated conformance test", lines[1]), lines[1]
+        tests = [line.strip() for line in lines[at + 2:]]
+        assert re.search(rf"tested by {len(tests)} generated conformance test", lines[at + 1]), lines[at + 1]
         assert tests and all(t.startswith("tests/generated/test_acme_conformance.py::") for t in tests)
         if op == "relu":  # the functional op's cases and its in-place variant's
             assert "tests/generated/test_acme_conformance.py::test_conformance[relu-float32-s0]" in tests

@@ -152,6 +152,56 @@ def test_check_ops_reports_native_and_fallback_ops(no_native_op):
     assert "threshold_backward" in {u.op for u in bwd.ops}
 
 
+def _with_op_dtypes(monkeypatch):
+    """The backend module, with the table of the dtypes its kernels compute. acme
+    installed from a tree generated before the table existed gets the one `flsdk gen`
+    writes for it now (the generated C++, hence the routes, are the same)."""
+    from pathlib import Path
+    import runpy
+
+    mod = _backends.backend(DEVICE)
+    if not hasattr(mod, "op_dtypes"):
+        if NAME != "acme":
+            pytest.skip(f"{NAME} was generated before op_dtypes.py existed: run flsdk gen and rebuild")
+        table = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "acme_backend" /
+                                   "torch_fl_acme" / "_generated" / "op_dtypes.py"))["OP_DTYPES"]
+        monkeypatch.setattr(mod, "op_dtypes", lambda: table, raising=False)
+    return mod
+
+
+def test_check_ops_reports_calls_in_a_dtype_the_kernel_does_not_compute_as_fallback(monkeypatch):
+    """mm's kernel computes floating dtypes only: the wrapper sends an int64 mm to the CPU
+    fallback although int64 is a device dtype. check_ops says so, as the fallback log does."""
+    table = _with_op_dtypes(monkeypatch).op_dtypes()
+    if "mm" not in table or "int64" in table["mm"]["dtypes"] or "float32" not in table["mm"]["dtypes"]:
+        pytest.skip(f"{NAME}'s mm kernel is not float-only")
+
+    def mm(a, b):
+        return torch.mm(a, b)
+
+    def ints():
+        return torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2, dtype=torch.int64)
+
+    def floats():
+        return torch.ones(2, 2), torch.ones(2, 2)
+
+    # what really happens on the device
+    for inputs, falls_back in ((ints(), True), (floats(), False)):
+        torch_fl.clear_fallback_log()
+        mm(*(t.to(DEVICE) for t in inputs)).cpu()
+        assert ("mm" in {e["op"] for e in torch_fl.get_fallback_log()}) == falls_back, inputs[0].dtype
+
+    use = {u.op: u for u in torch_fl.check_ops(mm, ints(), DEVICE).ops}["mm"]
+    assert use.status == "fallback", use
+    assert "int64 calls run on the CPU fallback" in use.note and "its op spec" in use.note, use.note
+    assert {u.op: u for u in torch_fl.check_ops(mm, floats(), DEVICE).ops}["mm"].status == "native"
+    # float32 and int64 calls: native, and the note names the dtype that falls back
+    use = {u.op: u for u in torch_fl.check_ops(lambda a, b: (mm(*floats()), mm(a, b)), ints(), DEVICE).ops}["mm"]
+    assert use.status == "native" and "int64 calls run on the CPU fallback" in use.note, use
+    with torch_fl.fallback_mode(False):
+        assert {u.op: u for u in torch_fl.check_ops(mm, ints(), DEVICE).ops}["mm"].status == "error"
+
+
 def test_check_ops_follows_the_device_paths_not_the_cpu_ones():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout(0.5))
     model.train()

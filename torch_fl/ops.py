@@ -342,6 +342,29 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _kernel_dtypes(name: str, routed: dict, arg_dtypes: dict, device_dtypes: set[str],
+                   note: str) -> tuple[str, str]:
+    """(status, note) of a native op whose kernel computes only `routed["dtypes"]` for the
+    arguments `routed["args"]` (the backend's op_dtypes table): the calls that pass another
+    dtype there leave the kernel, to the CPU fallback (or fail, for an op without a CPU
+    kernel). Every such call: the op's status says so; some: its note names the dtypes.
+    Dtypes the device lacks altogether have check_ops' own note."""
+    allowed = set(routed["dtypes"])
+    seen = {_dtype_name(d) for arg in routed["args"] for d in arg_dtypes.get(arg, ())}
+    outside = sorted(seen - allowed - (seen - device_dtypes))
+    if not outside:
+        return "native", note
+    where = routed.get("narrowed_in") or "its op spec"
+    falls_back = routed.get("falls_back", True)
+    leave = "run on the CPU fallback" if falls_back else "raise (the op has no CPU kernel)"
+    why = (f"{name}'s kernel computes {', '.join(routed['dtypes'])} only ({where}): "
+           f"{', '.join(outside)} calls {leave}")
+    note = f"{note}; {why}" if note else why
+    if seen & allowed:
+        return "native", note
+    return ("fallback" if falls_back else "error"), note
+
+
 def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
               backward: bool = False,
               loss_fn: Callable[[Any], Any] | None = None) -> OpsReport:
@@ -368,6 +391,10 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
     device_dtypes = set(mod.DESCRIPTOR.get("dtypes", []))
     # Ops without a CPU kernel the backend does not implement: the glue's stand-in.
     device_only = getattr(mod, "DEVICE_ONLY_OPS", {})
+    # Kernels that compute fewer dtypes than the device (the op spec's list, or device.yaml
+    # narrowing it): their wrappers send other dtypes to the fallback. Backends generated
+    # before the table existed do not ship it: their ops are judged by the device's dtypes.
+    op_dtypes = mod.op_dtypes() if hasattr(mod, "op_dtypes") else {}
 
     cpu_model = copy.deepcopy(model).to("cpu") if isinstance(model, torch.nn.Module) else model
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
@@ -391,6 +418,7 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
         dtypes = sorted(_dtype_name(d) for d in trace.reached.get(name, ()))
         route = privateuse1_route(name)
         note = ""
+        kernel_op = name  # the registered op whose kernel runs it
         if name in device_only:
             # The glue registered a kernel for it, but not a native one.
             runs_as = device_only[name]["runs_as"]
@@ -405,11 +433,14 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
             # The functional form of a structured op calls its out overload.
             out_op = _out_overload(name)
             if out_op and privateuse1_route(out_op) == "native":
-                status, note = "native", f"via {out_op}"
+                status, note, kernel_op = "native", f"via {out_op}", out_op
             else:
                 status, note = "fallback", f"via {out_op or 'its out overload'}"
         else:
             status = "fallback"
+        if status == "native" and kernel_op in op_dtypes:
+            status, note = _kernel_dtypes(kernel_op, op_dtypes[kernel_op], trace.arg_dtypes.get(name, {}),
+                                          device_dtypes, note)
         if status == "fallback" and (not fb_enabled or name in denied):
             status = "error"
             note = ("fallback denied for this op" if name in denied

@@ -90,9 +90,16 @@ class TraceResult:
     reached: dict[str, set[torch.dtype]] = field(default_factory=dict)
     # composites that PrivateUse1 runs through their CompositeExplicitAutograd kernel
     composite: set[str] = field(default_factory=set)
+    # op name -> argument name -> dtypes of the tensors passed as it: a backend's kernel
+    # may compute fewer dtypes than its device for some arguments only (check_ops)
+    arg_dtypes: dict[str, dict[str, set[torch.dtype]]] = field(default_factory=dict)
 
-    def add(self, name: str, dtypes: Iterable[torch.dtype]) -> None:
+    def add(self, name: str, dtypes: Iterable[torch.dtype],
+            arg_dtypes: dict[str, set[torch.dtype]] | None = None) -> None:
         self.reached.setdefault(name, set()).update(dtypes)
+        by_arg = self.arg_dtypes.setdefault(name, {})
+        for arg, seen in (arg_dtypes or {}).items():
+            by_arg.setdefault(arg, set()).update(seen)
 
     @property
     def backend_ops(self) -> list[str]:
@@ -109,9 +116,20 @@ class TraceResult:
 
     def merge(self, other: "TraceResult") -> "TraceResult":
         for n, d in other.reached.items():
-            self.add(n, d)
+            self.add(n, d, other.arg_dtypes.get(n))
         self.composite |= other.composite
         return self
+
+
+def _dtypes_by_argument(func: torch._ops.OpOverload, args, kwargs) -> dict[str, set[torch.dtype]]:
+    """{argument name: dtypes of the tensors in it} for one call, by the op's schema."""
+    names = [a.name for a in func._schema.arguments]
+    out: dict[str, set[torch.dtype]] = {}
+    for name, value in list(zip(names, args)) + list(kwargs.items()):
+        seen = {t.dtype for t in tree_leaves(value) if isinstance(t, torch.Tensor)}
+        if seen:
+            out[name] = seen
+    return out
 
 
 class OpRecorder(TorchDispatchMode):
@@ -123,16 +141,18 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = op_name(func)
         dtypes = {t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        by_arg = _dtypes_by_argument(func, args, kwargs)
         base = name.split(".", 1)[0]
         if base in PRIVATEUSE1_ROUTE:
             self.result.composite.add(name)
-            self.result.add(name, dtypes)
-            self.result.add(PRIVATEUSE1_ROUTE[base], dtypes)
+            self.result.add(name, dtypes, by_arg)
+            # (the routed ops name their arguments as these do, but _copy_from: glue)
+            self.result.add(PRIVATEUSE1_ROUTE[base], dtypes, by_arg)
             return func(*args, **kwargs)
         if name == CPU_DROPOUT_MARKER:
             for extra in PRIVATEUSE1_DROPOUT:
                 self.result.add(extra, dtypes)
-        self.result.add(name, dtypes)
+        self.result.add(name, dtypes, by_arg)
         has = torch._C._dispatch_has_kernel_for_dispatch_key
         if has(func.name(), "CompositeImplicitAutograd") and not has(func.name(), "CPU"):
             # A CompositeImplicitAutograd op called from inside a composite kernel
