@@ -185,13 +185,44 @@ def resolve_op(op_name: str) -> torch._ops.OpOverload:
         raise ValueError(f"no op {op_name!r} in torch {torch.__version__}: {e}") from None
 
 
-def _mutated_positions(op: torch._ops.OpOverload) -> tuple[list[int], list[str]]:
-    """Positional indices and kwarg names of the arguments the op writes to."""
-    pos, names = [], []
+def _written_args(op: torch._ops.OpOverload, args: list, kwargs: dict,
+                  verb: str = "written") -> list[tuple[str, Any]]:
+    """(label, value) of each argument the op writes to, among those passed:
+    `<verb> arg <i>` for positional ones, `<verb> <name>=` for keyword-only ones."""
+    written = []
     for i, a in enumerate(op._schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            (names if a.kwarg_only else pos).append(i if not a.kwarg_only else a.name)
-    return pos, names
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        if not a.kwarg_only and i < len(args):
+            written.append((f"{verb} arg {i}", args[i]))
+        elif a.kwarg_only and a.name in kwargs:
+            written.append((f"{verb} {a.name}=", kwargs[a.name]))
+    return written
+
+
+@dataclass
+class _Inputs:
+    """One sample's inputs for a CPU run and a device run: independent copies of the
+    same values (an in-place op must not write the other run's inputs)."""
+
+    cpu_args: list
+    cpu_kwargs: dict
+    dev_args: list
+    dev_kwargs: dict
+
+    @classmethod
+    def of(cls, sample: list, dtype: torch.dtype, device: str | torch.device, seed: int) -> "_Inputs":
+        args, kwargs = materialize(sample, dtype, "cpu", seed)
+        return cls(to_device(args, "cpu"), to_device(kwargs, "cpu"),
+                   to_device(args, device), to_device(kwargs, device))
+
+    def check_written(self, op: torch._ops.OpOverload, verb: str, atol: float, rtol: float,
+                      errs: "_Errors") -> None:
+        """The arguments `op` wrote on the device must hold what it wrote on CPU."""
+        expected = _written_args(op, self.cpu_args, self.cpu_kwargs, verb)
+        actual = _written_args(op, self.dev_args, self.dev_kwargs, verb)
+        for (where, e), (_, a) in zip(expected, actual):
+            _check(e, _to_cpu(a), where, atol, rtol, errs)
 
 
 def _insert_bias_sizes(args: list, kwargs: dict) -> tuple[list, dict]:
@@ -422,26 +453,18 @@ def compare(op_name: str, sample: list, dtype: str | torch.dtype,
     dtype = parse_dtype(dtype)
     atol, rtol = _case_tolerance(dtype, atol, rtol)
     op = resolve_op(op_name)
-    args, kwargs = materialize(sample, dtype, "cpu", seed)
-    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
-    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+    inputs = _Inputs.of(sample, dtype, device, seed)
 
     label = f"{op_name} [{dtype}] sample {sample!r}"
-    expected = run_cpu_reference(op_name, cpu_args, cpu_kwargs, dtype, cpu_reference_dtype)
-    actual = run_op(op_name, dev_args, dev_kwargs, device)
+    expected = run_cpu_reference(op_name, inputs.cpu_args, inputs.cpu_kwargs, dtype, cpu_reference_dtype)
+    actual = run_op(op_name, inputs.dev_args, inputs.dev_kwargs, device)
 
     errs = _Errors()
     actual_cpu = _to_cpu(actual)
-    expected = _accept_equivalent_indices(op_name, cpu_args, cpu_kwargs, expected, actual_cpu)
+    expected = _accept_equivalent_indices(op_name, inputs.cpu_args, inputs.cpu_kwargs, expected, actual_cpu)
     try:
         _check(expected, actual_cpu, "result", atol, rtol, errs)
-        pos, names = _mutated_positions(op)
-        for i in pos:
-            if i < len(cpu_args):
-                _check(cpu_args[i], _to_cpu(dev_args[i]), f"mutated arg {i}", atol, rtol, errs)
-        for n in names:
-            if n in cpu_kwargs:
-                _check(cpu_kwargs[n], _to_cpu(dev_kwargs[n]), f"mutated {n}=", atol, rtol, errs)
+        inputs.check_written(op, "mutated", atol, rtol, errs)
     except AssertionError as e:
         raise AssertionError(f"{label} on {device}: {e}") from None
     return CompareResult(op_name, dtype, errs.abs, errs.rel, errs.count)
@@ -466,9 +489,7 @@ def compare_variant(kind: str, variant_name: str, op_name: str, sample: list,
     dtype = parse_dtype(dtype)
     atol, rtol = _case_tolerance(dtype, atol, rtol)
     variant = resolve_op(variant_name)
-    args, kwargs = materialize(sample, dtype, "cpu", seed)
-    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
-    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
+    inputs = _Inputs.of(sample, dtype, device, seed)
     label = f"{variant_name} ({kind} variant of {op_name}) [{dtype}] sample {sample!r} on {device}"
     errs = _Errors()
     if kind == "out":
@@ -479,31 +500,28 @@ def compare_variant(kind: str, variant_name: str, op_name: str, sample: list,
         written = _written_kwargs(variant)
         if len(written) != 1:
             raise ValueError(f"{variant_name}: expected one out= argument, schema has {written}")
-        expected = run_cpu_reference(op_name, cpu_args, cpu_kwargs, dtype, cpu_reference_dtype)
-        dev_kwargs[written[0]] = torch.empty(0, dtype=expected.dtype, device=device)
-        actual = variant(*dev_args, **dev_kwargs)
+        expected = run_cpu_reference(op_name, inputs.cpu_args, inputs.cpu_kwargs, dtype, cpu_reference_dtype)
+        inputs.dev_kwargs[written[0]] = torch.empty(0, dtype=expected.dtype, device=device)
+        actual = variant(*inputs.dev_args, **inputs.dev_kwargs)
         try:
-            _check(expected, _to_cpu(dev_kwargs[written[0]]), f"written {written[0]}=", atol, rtol, errs)
+            _check(expected, _to_cpu(inputs.dev_kwargs[written[0]]), f"written {written[0]}=", atol, rtol, errs)
             _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
         except AssertionError as e:
             raise AssertionError(f"{label}: {e}") from None
         return CompareResult(variant_name, dtype, errs.abs, errs.rel, errs.count)
     try:
-        expected = variant(*cpu_args, **cpu_kwargs)
+        expected = variant(*inputs.cpu_args, **inputs.cpu_kwargs)
     except RuntimeError as cpu_error:
         try:
-            variant(*dev_args, **dev_kwargs)
+            variant(*inputs.dev_args, **inputs.dev_kwargs)
         except Exception:  # the device refuses too: that is the contract
             return None
         raise AssertionError(f"{label}: CPU refuses this sample ({str(cpu_error).splitlines()[0]}) "
                              f"but {device} accepted it") from None
-    actual = variant(*dev_args, **dev_kwargs)
+    actual = variant(*inputs.dev_args, **inputs.dev_kwargs)
     try:
         _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
-        pos, names = _mutated_positions(variant)
-        for i in pos:
-            if i < len(cpu_args):
-                _check(cpu_args[i], _to_cpu(dev_args[i]), f"written arg {i}", atol, rtol, errs)
+        inputs.check_written(variant, "written", atol, rtol, errs)
     except AssertionError as e:
         raise AssertionError(f"{label}: {e}") from None
     return CompareResult(variant_name, dtype, errs.abs, errs.rel, errs.count)
@@ -517,11 +535,9 @@ def compare_reference(op_name: str, reference, sample: list, dtype: str | torch.
     dtype = parse_dtype(dtype)
     atol, rtol = _case_tolerance(dtype, atol, rtol)
     op = resolve_op(op_name)
-    args, kwargs = materialize(sample, dtype, "cpu", seed)
-    dev_args, dev_kwargs = to_device(args, device), to_device(kwargs, device)
-    cpu_args, cpu_kwargs = to_device(args, "cpu"), to_device(kwargs, "cpu")
-    expected = reference(*cpu_args, **cpu_kwargs)
-    actual = op(*dev_args, **dev_kwargs)
+    inputs = _Inputs.of(sample, dtype, device, seed)
+    expected = reference(*inputs.cpu_args, **inputs.cpu_kwargs)
+    actual = op(*inputs.dev_args, **inputs.dev_kwargs)
     errs = _Errors()
     try:
         _check(expected, _to_cpu(actual), "result", atol, rtol, errs)
@@ -572,9 +588,7 @@ def _draw(op_name: str, args: list, kwargs: dict, device: str | torch.device,
     if out is not None:
         kw[out[0]] = torch.empty(0, dtype=out[1], device=device)
     tensors = _tensors_of(run_op(op_name, a, kw, device))
-    pos, names = _mutated_positions(op)
-    tensors += [t for i in pos if i < len(a) for t in _tensors_of(a[i], f"written arg {i}")]
-    tensors += [t for n in names if n in kw for t in _tensors_of(kw[n], f"written {n}=")]
+    tensors += [t for where, value in _written_args(op, a, kw) for t in _tensors_of(value, where)]
     dev_type = torch.device(device).type
     for where, t in tensors:
         if t.device.type != dev_type:
