@@ -9,8 +9,6 @@ script in two subprocesses (`python test_torch_fl_article.py <rank> <port>`).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 import torch
 
 import torch_fl
+from ranks import free_port, run_ranks
 
 HERE = Path(__file__).resolve()
 # acme, loaded; skipped only when not installed (tests/required_backend.py)
@@ -151,25 +150,10 @@ def test_set_memory_config_article_keys_reject_bad_values(config, match, restore
     assert torch_fl.get_memory_config("acme:0") == before  # nothing changed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_set_comm_backend_gloo_and_all_reduce_as_in_the_article():
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    procs = [subprocess.Popen([sys.executable, str(HERE), str(rank)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in (0, 1)]
-    outs = []
-    try:
-        outs = [p.communicate(timeout=60)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(outs)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    run_ranks([[sys.executable, str(HERE), str(rank)] for rank in (0, 1)], env=env, timeout=60,
+              label="gloo all_reduce")
 
 
 def test_set_comm_backend_gloo_keeps_acmeccl():

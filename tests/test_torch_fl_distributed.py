@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from ranks import free_port, run_ranks
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
@@ -221,33 +221,14 @@ def _worker(scenario: str, rank: int, world: int, rendezvous: str) -> None:
 
 # ============================================================ pytest side
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_2_procs(scenario: str, rendezvous: str) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("ACME_SLOW_DEVICE", "200")  # a missing wait on the device gives a wrong answer
     env.setdefault("OMP_NUM_THREADS", "1")  # 2 processes on a small shared machine
-    procs = [subprocess.Popen([sys.executable, str(HERE), scenario, str(r), "2", rendezvous],
-                              cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outputs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=PROC_TIMEOUT)
-            outputs.append(out)
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        logs = [p.communicate()[0] for p in procs]
-        raise AssertionError(f"{scenario}: hung for more than {PROC_TIMEOUT}s\n" + "\n".join(
-            f"--- rank {r} ---\n{log[-3000:]}" for r, log in enumerate(logs)))
-    for r, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"{scenario}: rank {r} exited {p.returncode}\n{out[-4000:]}"
+    outputs = run_ranks([[sys.executable, str(HERE), scenario, str(r), "2", rendezvous] for r in range(2)],
+                        env=env, timeout=PROC_TIMEOUT, label=scenario, cwd=str(ROOT))
+    for r, out in enumerate(outputs):
         assert f"rank {r}: {scenario} ok" in out, out
 
 
@@ -279,7 +260,7 @@ def test_acme_collectives_and_ddp_two_processes():
     reason = _acme_available()
     if reason:
         pytest.skip(reason)
-    _run_2_procs("acme", f"tcp://127.0.0.1:{_free_port()}")
+    _run_2_procs("acme", f"tcp://127.0.0.1:{free_port()}")
 
 
 def test_register_comm_backend_rules():
