@@ -20,22 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from custom_op_spec import add_custom_spec, custom_spec
+
 pytestmark = pytest.mark.build
 
-CUSTOM_SPEC = """\
-family: zeta_custom
-ops:
-  - op: zeta::scale_add
-    schema: "scale_add(Tensor x, Tensor y, *, float alpha=1.) -> Tensor"
-    dtypes: [float32]
-    reference: "lambda x, y, alpha=1.0: x + alpha * y"
-    samples:
-      - ["T(4,3)", "T(4,3)"]
-      - ["T(3,4).t()", "T(4,3)", {alpha: 2.0}]
-  - op: zeta::twice
-    schema: "twice(Tensor x) -> Tensor"
-    dtypes: [float32]
-"""
+CUSTOM_SPEC = custom_spec('["T(4,3)", "T(4,3)"]', '["T(3,4).t()", "T(4,3)", {alpha: 2.0}]', twice=True)
 
 RELU = """\
 // relu on the zeta device, every dtype the device lists (the first kernel of the day).
@@ -163,11 +152,7 @@ def first_day(tmp_path_factory):
     t = time.perf_counter()
     _flsdk("new-backend", "zeta", "--out", str(root))
     day.timings["new-backend"] = time.perf_counter() - t
-    (root / "opspec").mkdir()
-    (root / "opspec" / "zeta_custom.yaml").write_text(CUSTOM_SPEC)
-    device = root / "device.yaml"
-    device.write_text(device.read_text().replace("  - op: relu\n",
-                                                 "  - op: relu\n  - op: zeta::scale_add\n  - op: zeta::twice\n"))
+    add_custom_spec(root, CUSTOM_SPEC, ops=("zeta::scale_add", "zeta::twice"))
     t = time.perf_counter()
     _flsdk("gen", cwd=root)
     day.timings["gen"] = time.perf_counter() - t

@@ -19,23 +19,15 @@ import pytest
 from flsdk.scaffold import render_backend
 from flsdk.spec import SpecError, load_backend
 
+from custom_op_spec import add_custom_spec, custom_spec
+
 SEED = 20261202
 MUTATIONS = 300
 BUDGET_S = 20.0
 MIN_MUTATIONS = 60   # run at least these before the time budget applies: on a loaded machine
                      # 20 s once held only 30, too few for the counts asserted below
 
-CUSTOM = """\
-family: zeta_custom
-ops:
-  - op: zeta::scale_add
-    schema: "scale_add(Tensor x, Tensor y, *, float alpha=1.) -> Tensor"
-    dtypes: [float32]
-    reference: "lambda x, y, alpha=1.0: x + alpha * y"
-    samples:
-      - ["T(4,3)", "T(4,3)"]
-      - ["T(4,3)", "T(3)", {alpha: 2.0}]
-"""
+CUSTOM = custom_spec('["T(4,3)", "T(4,3)"]', '["T(4,3)", "T(3)", {alpha: 2.0}]')
 
 TOKENS = ["&a", "*a", "<<: *a", "[", "]", "{", "}", ":", "- ", "'", '"', "\t", "~", "!!python/object:os.system",
           "-1", "1e999", "nan", "zeta::", "T(", "T(4,3)", "dtype:flaot32", "relu", "add.Tensor", "float32",
@@ -44,11 +36,8 @@ TOKENS = ["&a", "*a", "<<: *a", "[", "]", "{", "}", ":", "- ", "'", '"', "\t", "
 
 def _scaffold(root: Path) -> dict[str, str]:
     render_backend("zeta", root)
-    (root / "opspec").mkdir()
-    (root / "opspec" / "zeta_custom.yaml").write_text(CUSTOM)
-    device = root / "device.yaml"
-    device.write_text(device.read_text().replace("  - op: relu\n", "  - op: relu\n  - op: zeta::scale_add\n"))
-    return {"device.yaml": device.read_text(), "opspec/zeta_custom.yaml": CUSTOM}
+    add_custom_spec(root, CUSTOM)
+    return {"device.yaml": (root / "device.yaml").read_text(), "opspec/zeta_custom.yaml": CUSTOM}
 
 
 def _mutate(text: str, rng: random.Random) -> str:

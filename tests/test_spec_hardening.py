@@ -16,6 +16,8 @@ from flsdk.scaffold import render_backend
 from flsdk.spec import SpecError, load_backend
 from flsdk.spec.yamlfile import MAX_DEPTH, parse_yaml
 
+from custom_op_spec import REFERENCE, add_custom_spec, custom_spec
+
 
 def _billion_laughs(levels: int = 9, width: int = 10) -> str:
     """~400 bytes that expand to width**levels values."""
@@ -92,41 +94,21 @@ def test_real_files_are_far_below_the_limits():
         parse_yaml(path.read_text(), str(path))  # must not raise
 
 
-CUSTOM = """\
-family: zeta_custom
-ops:
-  - op: zeta::scale_add
-    schema: "scale_add(Tensor x, Tensor y, *, float alpha=1.) -> Tensor"
-    dtypes: [float32]
-    reference: "lambda x, y, alpha=1.0: x + alpha * y"
-    samples:
-{samples}
-"""
-
-
-def _with_custom(root: Path, samples: str, reference: str | None = None) -> Path:
-    text = CUSTOM.format(samples=samples)
-    if reference is not None:
-        text = text.replace('"lambda x, y, alpha=1.0: x + alpha * y"', reference)
-    (root / "opspec").mkdir(exist_ok=True)
-    spec = root / "opspec" / "zeta_custom.yaml"
-    spec.write_text(text)
-    device = root / "device.yaml"
-    device.write_text(device.read_text().replace("  - op: relu\n", "  - op: relu\n  - op: zeta::scale_add\n"))
-    return spec
+def _with_custom(root: Path, *samples: str, reference: str = REFERENCE) -> Path:
+    return add_custom_spec(root, custom_spec(*samples, reference=reference))
 
 
 def test_a_good_custom_op_sample_passes(backend):
-    _with_custom(backend, '      - ["T(4,3)", "T(4,3)"]\n      - ["T(4,3)", "T(3)", {alpha: 2.0}]')
+    _with_custom(backend, '["T(4,3)", "T(4,3)"]', '["T(4,3)", "T(3)", {alpha: 2.0}]')
     ops = {spec.op: spec for spec in load_backend(backend).ops}
     assert ops["zeta::scale_add"].reference.startswith("lambda")
 
 
 @pytest.mark.parametrize("samples,field,needle", [
-    ('      - ["T(4,3)", "T(4,3)", "T(4,3)"]', "ops[0].samples[0][2]", "3 positional arguments"),
-    ('      - ["T(4,3)"]', "ops[0].samples[0]", "missing argument(s) y"),
-    ('      - ["T(4,3)", "T(4,3)", {beta: 2}]', "ops[0].samples[0][2].beta", "'beta' is not an argument"),
-    ('      - ["T(4,3)", {x: "T(3)", y: "T(3)"}]', "ops[0].samples[0][1].x", "both by position and by name"),
+    ('["T(4,3)", "T(4,3)", "T(4,3)"]', "ops[0].samples[0][2]", "3 positional arguments"),
+    ('["T(4,3)"]', "ops[0].samples[0]", "missing argument(s) y"),
+    ('["T(4,3)", "T(4,3)", {beta: 2}]', "ops[0].samples[0][2].beta", "'beta' is not an argument"),
+    ('["T(4,3)", {x: "T(3)", y: "T(3)"}]', "ops[0].samples[0][1].x", "both by position and by name"),
 ])
 def test_custom_op_samples_are_checked_against_the_schema(backend, samples, field, needle):
     spec = _with_custom(backend, samples)
@@ -142,7 +124,7 @@ def test_custom_op_samples_are_checked_against_the_schema(backend, samples, fiel
     ('""', "ops[0].reference"),
 ])
 def test_bad_references_are_refused(backend, reference, needle):
-    spec = _with_custom(backend, '      - ["T(4,3)", "T(4,3)"]', reference)
+    spec = _with_custom(backend, '["T(4,3)", "T(4,3)"]', reference=reference)
     code, err, _ = _check(backend)
     assert code == 2, err
     mine = [e for e in err if e.startswith(f"{spec}:6: ops[0].reference: ")]
