@@ -157,9 +157,13 @@ def op_locations(root: Path, ops: list[str]) -> dict[str, dict]:
     def here(path: str) -> str:  # relative to where the user stands, as op_statuses' spec
         return os.path.relpath(root / path)
 
-    return {op: {"registered": {overload: here(path) for overload, path in ctx.registrations.get(op, {}).items()},
-                 "tests": [here(node) for node in ctx.conformance_test_ids(op)]}
-            for op in ops}
+    located = {}
+    for op in ops:
+        located[op] = {"registered": {overload: here(path) for overload, path in ctx.registrations.get(op, {}).items()},
+                       "tests": [here(node) for node in ctx.conformance_test_ids(op)]}
+        if op in ctx.conformance_cases["skipped"]:  # its one test is a visible skip saying why
+            located[op]["not_compared"] = ctx.conformance_cases["skipped"][op]
+    return located
 
 
 def device_only_warnings(root: Path) -> list[str]:
@@ -223,7 +227,7 @@ def _op_details(row: dict) -> str:
     """The registration shard and the conformance tests of one op, as lines a newcomer
     can act on: files relative to where they stand, node ids to paste into pytest."""
     lines = [f"{row['op']}:"]
-    if "dtypes" in row:
+    if row["status"] == "native" and "dtypes" in row:
         where = f"narrowed at {row['narrowed']}" if "narrowed" in row else "its spec's dtypes the device lists"
         lines.append(f"  kernel computes {', '.join(row['dtypes'])} ({where}); "
                      f"other dtypes: {row['other_dtypes']}")
@@ -234,10 +238,15 @@ def _op_details(row: dict) -> str:
         lines.append(f"  registered in {path}: {', '.join(overloads)}")
     if not by_file:
         why = {"native": "no wrapper of its own (the generated glue calls its kernel)",
-               "glue": "the generated glue implements it"}.get(
-            row["status"], "not registered: no native kernel yet (it runs on the CPU fallback)")
+               "glue": "the generated glue implements it",
+               "stub": "its kernel is still a `// flsdk:stub`",
+               "missing": "it has no kernel file yet (`flsdk gen` creates its stub)",
+               "fallback": "not selected native in device.yaml"}.get(row["status"], row["status"])
         lines.append(f"  not registered: {why}")
-    if row["tests"]:
+    if "not_compared" in row:
+        lines.append(f"  not compared by the generated conformance tests: {row['not_compared']}; "
+                     f"its skip: {', '.join(row['tests'])}")
+    elif row["tests"]:
         lines.append(f"  tested by {len(row['tests'])} generated conformance test(s); "
                      "run one with `pytest NODE_ID`:")
         lines += [f"    {node}" for node in row["tests"]]

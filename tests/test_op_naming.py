@@ -72,6 +72,13 @@ def test_flsdk_ops_names_the_registration_shard_and_the_conformance_tests_of_an_
         assert collect.returncode == 0, collect.stdout[-2000:] + collect.stderr[-2000:]
         assert f"{len(tests)} tests collected" in collect.stdout, collect.stdout[-1000:]
 
+    # an op the generated tests do not compare: its skip, and why
+    assert main(["ops", "--op", "_scaled_dot_product_fused_attention_overrideable"]) == 0
+    lines = _details(capsys.readouterr().out, "_scaled_dot_product_fused_attention_overrideable")
+    assert lines[-1] == ("  not compared by the generated conformance tests: no CPU reference: CPU has no kernel "
+                         "for it and its CPU counterpart returns another tuple; its skip: "
+                         "tests/generated/test_acme_conformance.py::test_not_compared["
+                         "_scaled_dot_product_fused_attention_overrideable]"), lines
     # the JSON rows carry the same, and an op no one knows is an error, not an empty table
     assert main(["ops", "--op", "relu", "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)["ops"][0]
