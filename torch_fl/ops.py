@@ -351,7 +351,7 @@ def _kernel_dtypes(name: str, routed: dict, arg_dtypes: dict, device_dtypes: set
     Dtypes the device lacks altogether have check_ops' own note."""
     allowed = set(routed["dtypes"])
     seen = {_dtype_name(d) for arg in routed["args"] for d in arg_dtypes.get(arg, ())}
-    outside = sorted(seen - allowed - (seen - device_dtypes))
+    outside = sorted((seen & device_dtypes) - allowed)
     if not outside:
         return "native", note
     where = routed.get("narrowed_in") or "its op spec"
