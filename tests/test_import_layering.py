@@ -5,6 +5,9 @@
     torch_fl           the runtime a model engineer installs: never imports flsdk;
                        its library modules never import torch_fl.testing
     torch_fl.commands  compare, readiness, conformance, doctor's runtime half
+    torch_fl.backend_glue  the Python glue `flsdk gen` copies into every backend, which
+                       runs with torch alone: the standard library, torch and itself,
+                       and torch_fl.compile only where a missing torch_fl is handled
     flsdk              the SDK: reaches torch_fl only through torch_fl._tables and,
                        from its CLI, torch_fl.commands
 
@@ -35,6 +38,9 @@ RULE_TABLES = "torch_fl._tables imports the standard library only (no torch, no 
               "torch_fl module, no flsdk)"
 RULE_TESTING = "torch_fl's library modules do not import torch_fl.testing (only torch_fl/testing/ " \
                "itself and torch_fl/commands.py, whose conformance command runs its OpInfo suite)"
+RULE_BACKEND_GLUE = "torch_fl.backend_glue imports the standard library, torch and itself only " \
+                    "(every backend ships a copy and runs with torch alone); torch_fl.compile " \
+                    "only inside a try whose handler catches ImportError"
 RULE_GENERATED = "generated code (flsdk/templates) imports only public torch_fl modules " \
                  "(no `_private` module, never torch_fl._tables)"
 
@@ -97,6 +103,28 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+def optional_import_lines(path: Path) -> set[int]:
+    """Lines inside a `try:` whose handler catches ImportError (or
+    ModuleNotFoundError): imports the file carries on without."""
+    def catches(handler: ast.ExceptHandler) -> bool:
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        return any(isinstance(t, ast.Name) and t.id in ("ImportError", "ModuleNotFoundError")
+                   for t in types)
+
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Try) and any(catches(h) for h in node.handlers):
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, stmt.end_lineno + 1))
+    return lines
+
+
+def _backend_glue_may_import(target: str, line: int, optional: set[int], stdlib: set[str]) -> bool:
+    return (target.partition(".")[0] in stdlib or _under(target, "torch")
+            or _under(target, "torch_fl.backend_glue")
+            or (_under(target, "torch_fl.compile") and line in optional))
+
+
 def violations(root: Path) -> list[str]:
     """'file:line: imports X: rule' for every import that crosses the layering."""
     out: list[str] = []
@@ -105,6 +133,7 @@ def violations(root: Path) -> list[str]:
         for path in sorted((root / package).rglob("*.py")):
             name = module_name(path, root)
             where = path.relative_to(root).as_posix()
+            optional = optional_import_lines(path) if _under(name, "torch_fl.backend_glue") else set()
             for line, target in imports_of(path, root):
                 broken = None
                 if package == "torch_fl" and _under(target, "flsdk"):
@@ -116,6 +145,9 @@ def violations(root: Path) -> list[str]:
                 elif _under(name, "torch_fl._tables") and not (
                         _under(target, "torch_fl._tables") or target.partition(".")[0] in stdlib):
                     broken = RULE_TABLES
+                elif _under(name, "torch_fl.backend_glue") and not _backend_glue_may_import(
+                        target, line, optional, stdlib):
+                    broken = RULE_BACKEND_GLUE
                 elif package == "torch_fl" and _under(target, "torch_fl.testing") and not (
                         _under(name, "torch_fl.testing") or name == "torch_fl.commands"):
                     broken = RULE_TESTING
@@ -175,6 +207,19 @@ def test_the_checker_names_file_line_and_rule(tmp_path):
         "torch_fl/_tables/t.py": "import re\nfrom . import u\nimport torch\nfrom .. import compat\n",
         "torch_fl/_tables/u.py": "",
         "torch_fl/compat.py": "",
+        "torch_fl/backend_glue/__init__.py": "",
+        "torch_fl/backend_glue/loader.py": textwrap.dedent("""\
+            import os
+            import torch
+            from . import device_module
+            from torch_fl import compat
+            from torch_fl.compile import hook
+            try:
+                from torch_fl.compile import inductor_hook
+            except ImportError:
+                pass
+            """),
+        "torch_fl/backend_glue/device_module.py": "",
         "torch_fl/commands.py": "from .testing import helper\n",
         "torch_fl/lazy.py": textwrap.dedent("""\
             import importlib
@@ -198,6 +243,8 @@ def test_the_checker_names_file_line_and_rule(tmp_path):
     assert found == [
         f"torch_fl/_tables/t.py:3: imports torch: {RULE_TABLES}",
         f"torch_fl/_tables/t.py:4: imports torch_fl.compat: {RULE_TABLES}",
+        f"torch_fl/backend_glue/loader.py:4: imports torch_fl.compat: {RULE_BACKEND_GLUE}",
+        f"torch_fl/backend_glue/loader.py:5: imports torch_fl.compile: {RULE_BACKEND_GLUE}",
         f"torch_fl/lazy.py:5: imports flsdk.codegen: {RULE_RUNTIME}",
         f"torch_fl/lazy.py:6: imports flsdk.cli: {RULE_RUNTIME}",
         f"torch_fl/lazy.py:7: imports torch_fl.testing: {RULE_TESTING}",

@@ -82,8 +82,13 @@ def test_every_template_is_rendered_once_and_sources_follow_the_table(zeta):
     on_disk = {str(p.relative_to(TEMPLATES)) for p in TEMPLATES.rglob("*.j2")}
     stub_template = "kernels/kernel_stub.cpp.j2"  # rendered once per new kernel, not per generation
     assert rendered | {stub_template} == on_disk
-    # The static glue (flsdk/static_glue/) is copied, each file once.
-    assert {out.template for out in ctx.outputs if out.static} == set(context.STATIC_GLUE) | set(context.STATIC_TOOLS)
+    # The static glue (flsdk/static_glue/) and the Python glue (torch_fl/backend_glue/)
+    # are copied, each file once.
+    copied = [f"{out.static_dir}/{out.template}" for out in ctx.outputs if out.static]
+    assert len(copied) == len(set(copied))
+    assert set(copied) == {f"flsdk/static_glue/{name}" for name in
+                           set(context.STATIC_GLUE) | set(context.STATIC_TOOLS)} | \
+        {f"{context.BACKEND_GLUE_DIR}/{name}" for name in context.BACKEND_GLUE}
     for out in ctx.outputs:
         assert (zeta / out.path).is_file(), out.path
     cmake = (zeta / "generated" / "sources.cmake").read_text()

@@ -46,6 +46,12 @@ STATIC_GLUE = frozenset({
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
+# The Python glue, the same for every backend: torch_fl/backend_glue/<name>, copied
+# verbatim into <package>/_generated/backend_glue/ so that the backend runs without
+# torch_fl installed; the generated backend.py and device_module.py call it with the
+# backend's name and facts.
+BACKEND_GLUE_DIR = "torch_fl/backend_glue"
+BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py")
 
 # The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
@@ -73,13 +79,14 @@ def register_shard(op: str, count: int) -> int:
 @dataclass(frozen=True)
 class Output:
     """One generated file: the template rendered (or, with `static`, the file
-    flsdk/static_glue/<template> copied verbatim), where it goes, and what the
-    template needs beyond BackendContext.values."""
+    <static_dir>/<template> of the flsdk distribution copied verbatim), where it
+    goes, and what the template needs beyond BackendContext.values."""
 
     template: str
     path: str
     extra: dict
     static: bool = False
+    static_dir: str = "flsdk/static_glue"
 
 
 @dataclass
@@ -497,6 +504,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module"),
                            ("op_dtypes", "op_dtypes")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
+    outputs += [Output(name, f"{package}/_generated/backend_glue/{name}", {}, static=True,
+                       static_dir=BACKEND_GLUE_DIR) for name in BACKEND_GLUE]
     cases = conformance_cases(backend, native)
     conformance_file = f"tests/generated/test_{d.name}_conformance.py"
     outputs.append(Output("tests/test_conformance.py.j2", conformance_file,

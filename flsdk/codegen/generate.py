@@ -26,7 +26,10 @@ from .kernel_scan import scan_kernels
 from .writer import GeneratedWriter, WriteReport, atomic_write, with_header
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-STATIC_GLUE = Path(__file__).resolve().parent.parent / "static_glue"
+# The folder holding the packages flsdk and torch_fl (the repository, or
+# site-packages): static outputs are copied from files under it.
+DISTRIBUTION = Path(__file__).resolve().parents[2]
+STATIC_GLUE = DISTRIBUTION / "flsdk" / "static_glue"  # the C++ glue copied into generated/
 LOCK_FILE = "generated/ops.lock.json"
 
 
@@ -62,9 +65,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def static_glue(name: str) -> str:
-    """The text of flsdk/static_glue/<name>, which generated/<name> repeats after its header."""
-    return (STATIC_GLUE / name).read_text()
+def static_source(source: str) -> str:
+    """The text of `source` ("flsdk/static_glue/guard.cpp"), which its generated
+    copy repeats after the header."""
+    return (DISTRIBUTION / source).read_text()
 
 
 def _drift(root: Path, backend: Backend, torch_version: str) -> list[str]:
@@ -130,8 +134,8 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     sources = "device.yaml and op specs"
     for out in ctx.outputs:
         if out.static:
-            source = f"flsdk/static_glue/{out.template}"
-            writer.write(out.path, with_header(out.path, static_glue(out.template),
+            source = f"{out.static_dir}/{out.template}"
+            writer.write(out.path, with_header(out.path, static_source(source),
                                                f"{source}, copied verbatim",
                                                f"change {source} in flsdk"))
             continue

@@ -1,6 +1,7 @@
 """Numerics torch chooses per device type in Python tables that name only CUDA
 and the CPU: acme gets CUDA's choice for its amp dtypes, not the low-precision
-fallback (the generated backend's _install_device_defaults)."""
+fallback (install_device_defaults of torch_fl/backend_glue/device_defaults.py,
+which the backend's load() calls from its copy in _generated/backend_glue/)."""
 
 import pytest
 import torch
