@@ -131,6 +131,9 @@ def _runpath(so_bytes: bytes) -> str:
     return ""
 
 
+# Slow (5 min on 2 cores: a release build, auditwheel, a fresh venv): the default run
+# builds and loads scaffolds in test_scaffold_build / test_first_day instead.
+@pytest.mark.slow
 @pytest.mark.build
 def test_release_builds_a_manylinux_wheel_that_autoloads_in_a_fresh_venv(tmp_path):
     root = _scaffold(tmp_path)

@@ -73,6 +73,9 @@ def _device_config(tmp_path: Path) -> Path:
     return include
 
 
+# Slow (the static glue with -Wall -Werror, ~1 min on 2 cores): every acme and scaffold
+# build compiles the same sources, so the default run still catches an error.
+@pytest.mark.slow
 @pytest.mark.build
 def test_static_sources_compile_where_they_live(tmp_path):
     if CXX is None:

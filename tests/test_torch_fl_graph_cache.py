@@ -74,7 +74,9 @@ def _run(cache_dir, **extra_env):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-@pytest.mark.parametrize("aot_cache", ["aot_autograd_cache", "fx_graph_cache_only"])
+# The default caches (AOTAutograd on) run by default; the FX-cache-only path is slow.
+@pytest.mark.parametrize("aot_cache", ["aot_autograd_cache",
+                                       pytest.param("fx_graph_cache_only", marks=pytest.mark.slow)])
 def test_get_optimized_graph_after_a_warm_cache_hit(tmp_path, aot_cache):
     extra = {} if aot_cache == "aot_autograd_cache" else {"TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
     cold = _run(tmp_path, **extra)

@@ -278,6 +278,9 @@ def test_random_numbers_and_bool_stores_equal_cpus_compiled(simdlen):
     assert 0.65 < kept.float().mean() < 0.85  # dropout(0.25) keeps about 3/4
 
 
+# Slow (about a minute on 2 cores): the default run compiles a train step in the
+# generated compile tests and in test_real_models_compile.
+@pytest.mark.slow
 def test_gpt_train_step_with_dropout_equals_cpus_compiled():
     """A compiled GPT training step with dropout 0.1 (the model's default) draws its
     masks inside acme's fused kernels. They are CPU's compiled masks, so from the
