@@ -447,8 +447,10 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
         called = [k for w in mine + mine_custom for k in (w.kernel, w.variant_kernel) if k is not None]
         kernels = list({k.kernel: k for k in called}.values())
+        # A shard with nothing to register (a scaffold before its first kernel)
+        # includes no header: the dispatcher headers alone cost ~4 s of compile.
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", f"generated/register_kernels_{shard}.cpp",
-                              {"shard": shard, "shards": shards, "wrappers": mine,
+                              {"shard": shard, "shards": shards, "empty": not (mine or mine_custom), "wrappers": mine,
                                "custom_wrappers": mine_custom, "kernels": kernels}))
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
                               if out.path.startswith("generated/") and out.path.endswith(".cpp")]
