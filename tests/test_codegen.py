@@ -365,7 +365,8 @@ def test_glue_compiles_in_unity_groups_and_an_empty_shard_includes_nothing(backe
     # the stubs are untouched: nothing to register, nothing to include
     assert "#include" not in (backend / "generated" / "register_kernels_0.cpp").read_text()
     cmake = (backend / "CMakeLists.txt").read_text()
-    assert "flsdk_glue_unity_build(_C)" in cmake
+    assert "flsdk_glue_unity_build(_C_glue)" in cmake
+    assert "if(FLSDK_KERNEL_SOURCES)\n  target_precompile_headers(_C " in cmake  # no kernel, no PCH
 
 
 def test_gen_removes_generated_files_it_no_longer_produces(backend):
