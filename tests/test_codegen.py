@@ -341,6 +341,34 @@ def test_a_new_kernel_rewrites_one_registration_shard(backend):
     assert "#include <ATen" not in (backend / "generated" / "native_ops.cpp").read_text()
 
 
+def test_glue_compiles_in_unity_groups_and_an_empty_shard_includes_nothing(backend):
+    """issue 28: a scaffold with no kernel compiles little more than its glue.
+    Every glue .cpp but the registration shards is in exactly one unity group
+    (a new glue file left out would compile alone, paying the torch headers
+    again); the shards and native_ops.cpp stay out (adding a kernel rewrites
+    them and must not recompile a group); a shard with nothing to register
+    includes no header."""
+    import re
+
+    generate(backend)
+    sources = (backend / "generated" / "sources.cmake").read_text()
+    listed = re.search(r"set\(FLSDK_GENERATED_SOURCES\n(.*?)\)", sources, re.S).group(1)
+    glue = {line.strip().rsplit("/", 1)[1] for line in listed.splitlines() if line.strip()}
+    unity = re.search(r"function\(flsdk_glue_unity_build target\)\n(.*?)endfunction", sources, re.S).group(1)
+    groups = re.findall(r"set_source_files_properties\((.*?)PROPERTIES UNITY_GROUP (\w+)\)", unity, re.S)
+    assert len(groups) == 2, unity
+    grouped = [f.rsplit("/", 1)[1] for files, _ in groups for f in files.split() if f.endswith(".cpp")]
+    assert len(grouped) == len(set(grouped)), grouped
+    alone = {f for f in glue if f.startswith("register_kernels_")} | {"native_ops.cpp"}
+    assert alone <= glue and "register_kernels_0.cpp" in alone
+    assert set(grouped) == glue - alone
+    # the stubs are untouched: nothing to register, nothing to include
+    assert "#include" not in (backend / "generated" / "register_kernels_0.cpp").read_text()
+    cmake = (backend / "CMakeLists.txt").read_text()
+    assert "flsdk_glue_unity_build(_C_glue)" in cmake
+    assert "if(FLSDK_KERNEL_SOURCES)\n  target_precompile_headers(_C " in cmake  # no kernel, no PCH
+
+
 def test_gen_removes_generated_files_it_no_longer_produces(backend):
     generate(backend)
     old = backend / "generated" / "register_kernels_99.cpp"
