@@ -162,6 +162,21 @@ std::vector<int64_t> loss_shape(const char* op, const at::Tensor& self, const at
   return cm::broadcast_shape(op, {&self, &target, &weight, &pos_weight});
 }
 
+// The margin losses' output: the per-sample losses as they are (no reduction
+// of a batch), else their sum or mean, summed in double in sample order.
+template <class Acc>
+void store_per_sample(const char* op, const std::vector<Acc>& per, int64_t reduction, bool batch,
+                      const cm::DeviceTensor& out) {
+  if (reduction == kNone && batch) {
+    nn::store<Acc>(op, per.data(), out);
+    return;
+  }
+  double total = 0;
+  for (const Acc v : per) total += v;
+  Acc v = static_cast<Acc>(reduction == kMean ? total / static_cast<double>(per.size()) : total);
+  nn::store<Acc>(op, &v, out);
+}
+
 template <class T>
 inline T sgn(T v) {
   return static_cast<T>((v > T(0)) - (v < T(0)));
@@ -502,7 +517,6 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
       nn::Dense<Acc> w;
       if (weight.defined()) w = nn::load<Acc>(op, weight, {C});
       std::vector<Acc> per(static_cast<size_t>(N));
-      double total = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t y = t.p[n];
         ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
@@ -517,14 +531,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
           s += z;
         }
         per[n] = static_cast<Acc>(s / C);
-        total += per[n];
       }
-      if (reduction == kNone && self.dim() == 2) {
-        nn::store<Acc>(op, per.data(), out);
-      } else {
-        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-        nn::store<Acc>(op, &v, out);
-      }
+      store_per_sample(op, per, reduction, /*batch=*/self.dim() == 2, out);
     });
   });
   return out;
@@ -555,7 +563,6 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
       auto t = load_long(target);
       std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));
       std::vector<Acc> per(static_cast<size_t>(N));
-      double total = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t* tr = t.p + n * C;
         Acc* is = ist.data() + n * C;
@@ -576,14 +583,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
           }
         }
         per[n] = static_cast<Acc>(s / C);
-        total += per[n];
       }
-      if (reduction == kNone && self.dim() == 2) {
-        nn::store<Acc>(op, per.data(), out);
-      } else {
-        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-        nn::store<Acc>(op, &v, out);
-      }
+      store_per_sample(op, per, reduction, /*batch=*/self.dim() == 2, out);
       nn::store<Acc>(op, ist.data(), is_target);
     });
   });
