@@ -76,6 +76,26 @@ std::vector<Acc> load_bias(const char* op, const cm::DeviceTensor& bias, const A
   return out;
 }
 
+// The scores of head bh (of the (B * H, L | S, E) q and k) before the softmax, forward and backward alike:
+// P = scale * Q K^T + bias, -inf above the diagonal when causal. Device part.
+template <class Acc>
+void masked_scores(const char* op, const AttnShape& s, double sc, bool is_causal, const Acc* q, const Acc* k,
+                   const std::vector<Acc>& bias_v, int64_t bh, Acc* P) {
+  const Acc* qp = q + bh * s.L * s.E;
+  const Acc* kp = k + bh * s.S * s.E;
+  nn::gemm<Acc>(op, Mat<Acc>{qp, s.L, s.E, s.E, 1}, Mat<Acc>{kp, s.E, s.S, 1, s.E},
+                static_cast<Acc>(sc), Acc(0), P, s.S);
+  for (int64_t i = 0; i < s.L; ++i) {
+    Acc* row = P + i * s.S;
+    if (!bias_v.empty()) {
+      const Acc* br = bias_v.data() + (bh * s.L + i) * s.S;
+      for (int64_t j = 0; j < s.S; ++j) row[j] += br[j];
+    }
+    if (is_causal)
+      for (int64_t j = i + 1; j < s.S; ++j) row[j] = -std::numeric_limits<Acc>::infinity();
+  }
+}
+
 }  // namespace
 
 ::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
@@ -112,20 +132,11 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
       std::vector<Acc> P(static_cast<size_t>(s.L * s.S)), O(static_cast<size_t>(s.B * s.H * s.L * s.Ev));
       std::vector<float> L_(static_cast<size_t>(s.B * s.H * s.L));
       for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-        const Acc* qp = q.data() + bh * s.L * s.E;
-        const Acc* kp = k.data() + bh * s.S * s.E;
         const Acc* vp = v.data() + bh * s.S * s.Ev;
-        // P = scale * Q K^T
-        nn::gemm<Acc>(op, Mat<Acc>{qp, s.L, s.E, s.E, 1}, Mat<Acc>{kp, s.E, s.S, 1, s.E},
-                      static_cast<Acc>(sc), Acc(0), P.data(), s.S);
+        masked_scores(op, s, sc, is_causal, q.data(), k.data(), bias_v, bh, P.data());
+        // P = softmax(P) by rows
         for (int64_t i = 0; i < s.L; ++i) {
           Acc* row = P.data() + i * s.S;
-          if (!bias_v.empty()) {
-            const Acc* br = bias_v.data() + (bh * s.L + i) * s.S;
-            for (int64_t j = 0; j < s.S; ++j) row[j] += br[j];
-          }
-          if (is_causal)
-            for (int64_t j = i + 1; j < s.S; ++j) row[j] = -std::numeric_limits<Acc>::infinity();
           const Acc mx = nn::lane_max(row, s.S);
           if (mx == -std::numeric_limits<Acc>::infinity()) {
             // fully masked row: zeros (as the math path's _safe_softmax), lse -inf
@@ -220,17 +231,10 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
       const Acc* op_ = o.data() + bh * s.L * s.Ev;
       const Acc* dop = dO.data() + bh * s.L * s.Ev;
       // recompute P = exp(scale * Q K^T + bias - lse)
-      nn::gemm<Acc>(op, Mat<Acc>{qp, s.L, s.E, s.E, 1}, Mat<Acc>{kp, s.E, s.S, 1, s.E},
-                    static_cast<Acc>(sc), Acc(0), P.data(), s.S);
+      masked_scores(op, s, sc, is_causal, q.data(), k.data(), bias_v, bh, P.data());
       for (int64_t i = 0; i < s.L; ++i) {
         Acc* row = P.data() + i * s.S;
         const float l = lse.data()[bh * s.L + i];
-        if (!bias_v.empty()) {
-          const Acc* br = bias_v.data() + (bh * s.L + i) * s.S;
-          for (int64_t j = 0; j < s.S; ++j) row[j] += br[j];
-        }
-        if (is_causal)
-          for (int64_t j = i + 1; j < s.S; ++j) row[j] = -std::numeric_limits<Acc>::infinity();
         if (std::isinf(l) && l < 0) {
           std::fill(row, row + s.S, Acc(0));
         } else {

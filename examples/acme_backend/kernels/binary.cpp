@@ -49,6 +49,66 @@ M floor_div_int(M a, M b) {
   return q;
 }
 
+// x modulo y with the sign of y (Python's %, torch.remainder).
+template <class M>
+M python_mod(M x, M y) {
+  if constexpr (std::is_integral_v<M>) {
+    M r = static_cast<M>(x % y);
+    if constexpr (std::is_signed_v<M>) {
+      if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<M>(r + y);
+    }
+    return r;
+  } else {
+    M r = std::fmod(x, y);
+    if (r != M(0) && ((r < M(0)) != (y < M(0)))) r += y;
+    return r;
+  }
+}
+
+// x modulo y with the sign of x (C's fmod, torch.fmod).
+template <class M>
+M c_mod(M x, M y) {
+  if constexpr (std::is_integral_v<M>) return static_cast<M>(x % y);
+  else return std::fmod(x, y);
+}
+
+// An integer division or modulo by a zero element raises, as on PyTorch's CPU.
+// The divisor is data: the check runs in the device part (inside the element
+// function) and is reported at the next synchronization.
+template <class M>
+void check_int_divisor(const char* op, M y, const char* what) {
+  if constexpr (std::is_integral_v<M>)
+    ACME_CHECK(y != 0, op, "ZeroDivisionError (integer ", what, " by zero)");
+}
+
+// A binary op over the non-bool dtypes that divides by `other` (`what`: division
+// or modulo): fn(x, y) computes an element after the divisor check.
+template <class Fn>
+at::Tensor dividing_kernel(const char* op, const char* what, const at::Tensor& self, const at::Tensor& other,
+                           Fn fn) {
+  return binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [op, what, fn](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    return [op, what, fn](M x, M y) -> M {
+      check_int_divisor(op, y, what);
+      return fn(x, y);
+    };
+  });
+}
+
+// fmod / remainder by a Scalar: fn(x, y) per element; the divisor is known on
+// the host, so an integer zero raises there.
+template <class Fn>
+at::Tensor modulo_by_scalar(const char* op, const at::Tensor& self, const at::Scalar& other, Fn fn) {
+  const auto compute = promote({&self}, {&other});
+  if (c10::isIntegralType(compute, true))
+    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
+  return unary_kernel<kAllNoBool>(op, self, compute, [&other, fn](auto tag) {
+    using M = opmath_t<ACME_T(tag)>;
+    const M y = other.to<M>();
+    return [y, fn](M x) -> M { return fn(x, y); };
+  });
+}
+
 template <class M>
 M int_pow(M base, M exp) {
   if constexpr (std::is_signed_v<M>) {
@@ -206,24 +266,11 @@ at::Tensor k_div_Tensor_mode(const at::Tensor& self, const at::Tensor& other,
   ACME_CHECK(trunc || *rounding_mode == "floor", op,
              "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '",
              std::string(*rounding_mode), "'");
-  const auto compute = promote({&self, &other});
-  bool div_by_zero = false;
-  auto out = binary_kernel<kAllNoBool>(op, self, other, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    return [trunc, &div_by_zero](M x, M y) -> M {
-      if constexpr (std::is_integral_v<M>) {
-        if (y == 0) {
-          div_by_zero = true;
-          return 0;
-        }
-        return trunc ? static_cast<M>(x / y) : floor_div_int<M>(x, y);
-      } else {
-        return trunc ? std::trunc(x / y) : floor_div_float<M>(x, y);
-      }
-    };
+  return dividing_kernel(op, "division", self, other, [trunc](auto x, auto y) {
+    using M = decltype(x);
+    if constexpr (std::is_integral_v<M>) return trunc ? static_cast<M>(x / y) : floor_div_int<M>(x, y);
+    else return trunc ? std::trunc(x / y) : floor_div_float<M>(x, y);
   });
-  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer division by zero)");
-  return out;
 }
 
 at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponent) {
@@ -313,52 +360,12 @@ at::Tensor k_minimum(const at::Tensor& self, const at::Tensor& other) {
 }
 
 at::Tensor k_fmod_Tensor(const at::Tensor& self, const at::Tensor& other) {
-  const char* op = "fmod.Tensor";
-  bool div_by_zero = false;
-  auto out = binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    return [&div_by_zero](M x, M y) -> M {
-      if constexpr (std::is_integral_v<M>) {
-        if (y == 0) {
-          div_by_zero = true;
-          return 0;
-        }
-        return static_cast<M>(x % y);
-      } else {
-        return std::fmod(x, y);
-      }
-    };
-  });
-  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer modulo by zero)");
-  return out;
+  return dividing_kernel("fmod.Tensor", "modulo", self, other, [](auto x, auto y) { return c_mod(x, y); });
 }
 
 at::Tensor k_remainder_Tensor(const at::Tensor& self, const at::Tensor& other) {
-  const char* op = "remainder.Tensor";
-  bool div_by_zero = false;
-  auto out = binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    // Python modulo: the result has the sign of the divisor
-    return [&div_by_zero](M x, M y) -> M {
-      if constexpr (std::is_integral_v<M>) {
-        if (y == 0) {
-          div_by_zero = true;
-          return 0;
-        }
-        M r = static_cast<M>(x % y);
-        if constexpr (std::is_signed_v<M>) {
-          if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<M>(r + y);
-        }
-        return r;
-      } else {
-        M r = std::fmod(x, y);
-        if (r != M(0) && ((r < M(0)) != (y < M(0)))) r += y;
-        return r;
-      }
-    };
-  });
-  ACME_CHECK(!div_by_zero, op, "ZeroDivisionError (integer modulo by zero)");
-  return out;
+  return dividing_kernel("remainder.Tensor", "modulo", self, other,
+                         [](auto x, auto y) { return python_mod(x, y); });
 }
 
 at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
@@ -650,42 +657,11 @@ bool k_div__Scalar(at::Tensor& self, const at::Scalar& other) {
 }
 
 at::Tensor k_remainder_Scalar(const at::Tensor& self, const at::Scalar& other) {
-  const char* op = "remainder.Scalar";
-  const auto compute = promote({&self}, {&other});
-  if (c10::isIntegralType(compute, true))
-    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
-  return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    const M y = other.to<M>();
-    return [y](M x) -> M {
-      if constexpr (std::is_integral_v<M>) {
-        M r = static_cast<M>(x % y);
-        if constexpr (std::is_signed_v<M>) {
-          if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<M>(r + y);
-        }
-        return r;
-      } else {
-        M r = std::fmod(x, y);
-        if (r != M(0) && ((r < M(0)) != (y < M(0)))) r += y;
-        return r;
-      }
-    };
-  });
+  return modulo_by_scalar("remainder.Scalar", self, other, [](auto x, auto y) { return python_mod(x, y); });
 }
 
 at::Tensor k_fmod_Scalar(const at::Tensor& self, const at::Scalar& other) {
-  const char* op = "fmod.Scalar";
-  const auto compute = promote({&self}, {&other});
-  if (c10::isIntegralType(compute, true))
-    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
-  return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
-    const M y = other.to<M>();
-    return [y](M x) -> M {
-      if constexpr (std::is_integral_v<M>) return static_cast<M>(x % y);
-      else return std::fmod(x, y);
-    };
-  });
+  return modulo_by_scalar("fmod.Scalar", self, other, [](auto x, auto y) { return c_mod(x, y); });
 }
 
 }  // namespace acme::kernels

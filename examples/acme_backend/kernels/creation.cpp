@@ -136,8 +136,14 @@ at::Tensor& k_eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
 }
 
 namespace {
+// tril_indices / triu_indices (lower or upper). layout and pin_memory change
+// nothing here: the layout reaching an acme kernel is strided, and pinning
+// concerns host tensors.
 at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset, bool lower,
-                       std::optional<at::ScalarType> dtype, std::optional<at::Device> device) {
+                       std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                       std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  (void)layout;
+  (void)pin_memory;
   ACME_CHECK(row >= 0, op, "row must be non-negative, got", row);
   ACME_CHECK(col >= 0, op, "col must be non-negative, got", col);
   ACME_CHECK(device.has_value(), op, "a device is required");
@@ -177,17 +183,13 @@ at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset,
 at::Tensor k_tril_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
                           std::optional<at::Layout> layout, std::optional<at::Device> device,
                           std::optional<bool> pin_memory) {
-  (void)layout;
-  (void)pin_memory;
-  return tri_indices("tril_indices", row, col, offset, true, dtype, device);
+  return tri_indices("tril_indices", row, col, offset, true, dtype, layout, device, pin_memory);
 }
 
 at::Tensor k_triu_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
                           std::optional<at::Layout> layout, std::optional<at::Device> device,
                           std::optional<bool> pin_memory) {
-  (void)layout;
-  (void)pin_memory;
-  return tri_indices("triu_indices", row, col, offset, false, dtype, device);
+  return tri_indices("triu_indices", row, col, offset, false, dtype, layout, device, pin_memory);
 }
 
 at::Tensor k_fill_Tensor(const at::Tensor& self, const at::Tensor& value) {

@@ -81,6 +81,13 @@ void check_matrix_input(const char* op, const at::Tensor& t, const char* name) {
                dtype_name(t.scalar_type()));
 }
 
+// the shape (*batch, rows, cols)
+std::vector<int64_t> batched(std::vector<int64_t> batch, int64_t rows, int64_t cols) {
+  batch.push_back(rows);
+  batch.push_back(cols);
+  return batch;
+}
+
 // batch sizes of x1 (..., r1, m) and x2 (..., r2, m) broadcast together
 std::vector<int64_t> batch_shape(const char* op, const at::Tensor& x1, const at::Tensor& x2) {
   std::vector<int64_t> b1(x1.sizes().begin(), x1.sizes().end() - 2);
@@ -95,6 +102,16 @@ std::vector<int64_t> batch_shape(const char* op, const at::Tensor& x1, const at:
     out[i] = b1[i] == 1 ? b2[i] : b1[i];
   }
   return out;
+}
+
+// The sizes of cdist(x1, x2): x1 (..., r1, m) and x2 (..., r2, m), their batch
+// sizes broadcast together.
+struct CdistSizes {
+  std::vector<int64_t> batch;
+  int64_t r1, r2, m;
+};
+CdistSizes cdist_sizes(const char* op, const at::Tensor& x1, const at::Tensor& x2) {
+  return {batch_shape(op, x1, x2), x1.size(-2), x2.size(-2), x1.size(-1)};
 }
 
 // t expanded to batch + its last two dims, contiguous
@@ -121,11 +138,8 @@ at::Tensor k__cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p
   ACME_CHECK(p >= 0, op, "cdist only supports non-negative p values");
   ACME_CHECK_T(x1.scalar_type() == x2.scalar_type(), op, x2, "X1 and X2 must have the same dtype, got ",
                dtype_name(x1.scalar_type()), " and ", dtype_name(x2.scalar_type()));
-  const auto batch = batch_shape(op, x1, x2);
-  const int64_t r1 = x1.size(-2), r2 = x2.size(-2), m = x1.size(-1);
-  std::vector<int64_t> shape(batch);
-  shape.push_back(r1);
-  shape.push_back(r2);
+  const auto [batch, r1, r2, m] = cdist_sizes(op, x1, x2);
+  const std::vector<int64_t> shape = batched(batch, r1, r2);
   at::Tensor out = at::empty(shape, x1.options());
   if (out.numel() == 0) return out;
   const at::Tensor a = expanded(op, x1, batch), b = expanded(op, x2, batch);
@@ -154,17 +168,12 @@ at::Tensor k__cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const
   const char* op = "_cdist_backward";
   check_matrix_input(op, x1, "x1");
   check_matrix_input(op, x2, "x2");
-  const auto batch = batch_shape(op, x1, x2);
-  const int64_t r1 = x1.size(-2), r2 = x2.size(-2), m = x1.size(-1);
-  std::vector<int64_t> shape(batch);
-  shape.push_back(r1);
-  shape.push_back(m);
+  const auto [batch, r1, r2, m] = cdist_sizes(op, x1, x2);
+  const std::vector<int64_t> shape = batched(batch, r1, m);
   at::Tensor out = at::empty(shape, x1.options());
   if (out.numel() == 0) return out;
   const at::Tensor a = expanded(op, x1, batch), b = expanded(op, x2, batch);
-  std::vector<int64_t> dshape(batch);
-  dshape.push_back(r1);
-  dshape.push_back(r2);
+  const std::vector<int64_t> dshape = batched(batch, r1, r2);
   ACME_CHECK_T(grad.numel() == cdist.numel() && cdist.dim() == static_cast<int64_t>(dshape.size()) &&
                    cdist.sizes().equals(dshape),
                op, cdist, "cdist of shape ", cdist.sizes(), " does not match x1 ", x1.sizes(), " and x2 ",

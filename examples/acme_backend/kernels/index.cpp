@@ -76,6 +76,24 @@ void split_at(const at::Tensor& t, int64_t dim, int64_t& A, int64_t& N, int64_t&
   }
 }
 
+// The operands of index_add, index_reduce and index_copy, checked: out (a
+// contiguous copy of self, to write into), idx (int64) and src (contiguous),
+// with self seen as (A, N, B) around dim and source as (A, K, B), K indices.
+struct IndexedSource {
+  at::Tensor out, idx, src;
+  int64_t A, N, B, K;
+};
+IndexedSource indexed_source(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                             const at::Tensor& source) {
+  IndexedSource x{clone_contig(op, self), index_as_long(op, index),
+                  contiguous_as(op, source, source.scalar_type()), 1, 1, 1, 0};
+  split_at(x.out, dim, x.A, x.N, x.B);
+  x.K = x.idx.numel();
+  ACME_CHECK(x.src.numel() == x.A * x.K * x.B, op, "source of shape ", source.sizes(),
+             " does not match self ", self.sizes(), " with ", x.K, " indices along dim ", dim);
+  return x;
+}
+
 // Device part: the value of the 0-dim tensor `v` (on the device or a CPU
 // scalar) as T, through the same Scalar as the host's v.item() (so the same
 // checked conversion Scalar::to<T> makes).
@@ -367,17 +385,11 @@ at::Tensor k_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
   ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "index_add_(): self (", dtype_name(self.scalar_type()), ") and source (",
                dtype_name(source.scalar_type()), ") must have the same scalar type");
-  at::Tensor out = clone_contig(op, self);
-  at::Tensor idx = index_as_long(op, index);
-  at::Tensor src = contiguous_as(op, source, source.scalar_type());
-  int64_t A, N, B;
-  split_at(out, dim, A, N, B);
-  const int64_t K = idx.numel();
-  ACME_CHECK(source.dim() == 0 ? K == 1 : (source.dim() == std::max<int64_t>(self.dim(), 1) &&
-                                           source.size(self.dim() == 0 ? 0 : dim) == K), op,
-             "source of shape ", source.sizes(), " does not match index of ", K, " elements");
-  ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(),
-             " does not match self ", self.sizes(), " with ", K, " indices along dim ", dim);
+  const int64_t nk = index.numel();
+  ACME_CHECK(source.dim() == 0 ? nk == 1 : (source.dim() == std::max<int64_t>(self.dim(), 1) &&
+                                            source.size(self.dim() == 0 ? 0 : dim) == nk), op,
+             "source of shape ", source.sizes(), " does not match index of ", nk, " elements");
+  auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
@@ -433,14 +445,7 @@ at::Tensor k_index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
   ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source, "index_reduce_(): self (",
                dtype_name(self.scalar_type()), ") and source (", dtype_name(source.scalar_type()),
                ") must have the same scalar type");
-  at::Tensor out = clone_contig(op, self);
-  at::Tensor idx = index_as_long(op, index);
-  at::Tensor src = contiguous_as(op, source, source.scalar_type());
-  int64_t A, N, B;
-  split_at(out, dim, A, N, B);
-  const int64_t K = idx.numel();
-  ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(), " does not match self ",
-             self.sizes(), " with ", K, " indices along dim ", dim);
+  auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
     using M = opmath_t<T>;
@@ -512,14 +517,7 @@ at::Tensor k_index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& i
   ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_copy_(): Expected a long tensor for index");
   ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "index_copy_(): self and source expected to have the same dtype");
-  at::Tensor out = clone_contig(op, self);
-  at::Tensor idx = index_as_long(op, index);
-  at::Tensor src = contiguous_as(op, source, source.scalar_type());
-  int64_t A, N, B;
-  split_at(out, dim, A, N, B);
-  const int64_t K = idx.numel();
-  ACME_CHECK(src.numel() == A * K * B, op, "source of shape ", source.sizes(),
-             " does not match self ", self.sizes(), " with ", K, " indices along dim ", dim);
+  auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   const int64_t row = B * static_cast<int64_t>(out.element_size());
   launch(out, [op, A, N, K, row, idx = DeviceTensor(idx), src = DeviceTensor(src),
                out = DeviceTensor(out)] {

@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/alloc.h"
+#include "common/args.h"
 #include "common/device.h"
 #include "common/iter.h"
 #include "kernels.h"
@@ -25,11 +27,6 @@ namespace {
 namespace cm = ::acme::common;
 
 enum Red : int64_t { kNone = 0, kMean = 1, kSum = 2 };
-
-const at::Tensor& opt(const std::optional<at::Tensor>& t) {
-  static const at::Tensor undefined;
-  return (t.has_value() && t->defined()) ? *t : undefined;
-}
 
 void check_reduction(const char* op, int64_t reduction) {
   ACME_CHECK(reduction >= kNone && reduction <= kSum, op, "reduction must be 0 (none), 1 (mean) ",
@@ -61,29 +58,27 @@ void check_loadable(const at::Tensor& t, c10::IntArrayRef shape) {
   it.add(t);
 }
 
-std::vector<int64_t> bcast(at::IntArrayRef a, at::IntArrayRef b) {
-  const size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> s(n, 1);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    TORCH_CHECK(x == y || x == 1 || y == 1, "shapes ", a, " and ", b, " do not broadcast");
-    s[i] = x == 1 ? y : x;
-  }
-  return s;
+void check_pair(const char* op, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  nn::check_float(op, self);
+  nn::check_float(op, target);
+  check_reduction(op, reduction);
 }
 
 // ---- elementwise losses ---------------------------------------------------------
-// f(x, y, i, wp, pwp) -> loss of element i; df(x, y, i, wp, pwp) -> d loss / dx of
-// element i. The functors travel to the device part (they hold values only); the
-// extra per-element factors (weight, pos_weight, broadcast to the loss shape) are
-// loaded there and passed as wp and pwp (null when absent).
+// One host part and one device part serve them all; a loss gives only its
+// per-element function, a generic lambda f(x, y, pw) -> the loss of an element
+// (for the backward d loss / dx), where pw is the element's pos_weight or null.
+// It travels to the device part (it holds values only). A weight, broadcast to
+// the loss shape, multiplies each element's result.
 
-template <class Acc, class F>
+template <class F>
 at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Tensor& target,
                             int64_t reduction, const std::vector<int64_t>& shape, F f,
                             const at::Tensor& weight = at::Tensor(),
                             const at::Tensor& pos_weight = at::Tensor()) {
+  check_pair(op, self, target, reduction);
+  nn::check_float(op, weight);
+  nn::check_float(op, pos_weight);
   at::Tensor out = reduction == kNone ? at::empty(shape, self.options())
                                       : at::empty({}, self.options());
   check_loadable(weight, shape);
@@ -92,37 +87,45 @@ at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Te
   check_loadable(target, shape);
   const int64_t n = nn::shape_numel(shape);
   if (reduction == kNone && n == 0) return out;
-  // the reduced value is written into the 0-dim `out` on the device: no host wait
-  cm::launch(out, [op, reduction, shape, n, f, self = cm::DeviceTensor(self),
-                   target = cm::DeviceTensor(target), weight = cm::DeviceTensor(weight),
-                   pos_weight = cm::DeviceTensor(pos_weight), out = cm::DeviceTensor(out)] {
-    nn::Dense<Acc> w, pw;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
-    if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
-    const Acc* wp = w.data();
-    const Acc* pwp = pw.data();
-    auto x = nn::load<Acc>(op, self, shape);
-    auto y = nn::load<Acc>(op, target, shape);
-    if (reduction == kNone) {
-      nn::OutBuf<Acc> ob(out);
-      for (int64_t i = 0; i < n; ++i) ob.data()[i] = f(x.data()[i], y.data()[i], i, wp, pwp);
-      ob.finish(op);
-    } else {
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += f(x.data()[i], y.data()[i], i, wp, pwp);
-      // mean of nothing is NaN, as in PyTorch
-      Acc v = static_cast<Acc>(reduction == kMean ? s / static_cast<double>(n) : s);
-      nn::store<Acc>(op, &v, out);
-    }
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    // the reduced value is written into the 0-dim `out` on the device: no host wait
+    cm::launch(out, [op, reduction, shape, n, f, self = cm::DeviceTensor(self),
+                     target = cm::DeviceTensor(target), weight = cm::DeviceTensor(weight),
+                     pos_weight = cm::DeviceTensor(pos_weight), out = cm::DeviceTensor(out)] {
+      nn::Dense<Acc> w, pw;
+      if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+      if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
+      auto x = nn::load<Acc>(op, self, shape);
+      auto y = nn::load<Acc>(op, target, shape);
+      auto loss = [&](int64_t i) -> Acc {
+        const Acc l = f(x.data()[i], y.data()[i], pw.data() ? pw.data() + i : nullptr);
+        return w.data() ? l * w.data()[i] : l;
+      };
+      if (reduction == kNone) {
+        nn::OutBuf<Acc> ob(out);
+        for (int64_t i = 0; i < n; ++i) ob.data()[i] = loss(i);
+        ob.finish(op);
+      } else {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += loss(i);
+        // mean of nothing is NaN, as in PyTorch
+        Acc v = static_cast<Acc>(reduction == kMean ? s / static_cast<double>(n) : s);
+        nn::store<Acc>(op, &v, out);
+      }
+    });
   });
   return out;
 }
 
-template <class Acc, class F>
+template <class F>
 at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_output,
                                      const at::Tensor& self, const at::Tensor& target,
                                      int64_t reduction, F df,
                                      const at::Tensor& weight = at::Tensor()) {
+  check_pair(op, self, target, reduction);
+  nn::check_float(op, grad_output);
+  nn::check_float(op, weight);
   const auto shape = self.sizes().vec();
   check_loadable(weight, shape);
   at::Tensor gi = at::empty(shape, self.options());
@@ -130,35 +133,48 @@ at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_outp
   if (n == 0) return gi;
   check_loadable(target, shape);
   check_loadable(grad_output, shape);
-  cm::launch(gi, [op, reduction, shape, n, df, grad_output = cm::DeviceTensor(grad_output),
-                  self = cm::DeviceTensor(self), target = cm::DeviceTensor(target),
-                  weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi)] {
-    nn::Dense<Acc> w;
-    if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
-    const Acc* wp = w.data();
-    const Acc* pwp = nullptr;
-    auto x = nn::load<Acc>(op, self);
-    auto y = nn::load<Acc>(op, target, shape);
-    auto g = nn::load<Acc>(op, grad_output, shape);
-    const Acc norm = reduction == kMean ? Acc(1) / static_cast<Acc>(n) : Acc(1);
-    nn::OutBuf<Acc> ob(gi);
-    for (int64_t i = 0; i < n; ++i)
-      ob.data()[i] = norm * g.data()[i] * df(x.data()[i], y.data()[i], i, wp, pwp);
-    ob.finish(op);
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = ACME_T(tag);
+    cm::launch(gi, [op, reduction, shape, n, df, grad_output = cm::DeviceTensor(grad_output),
+                    self = cm::DeviceTensor(self), target = cm::DeviceTensor(target),
+                    weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi)] {
+      nn::Dense<Acc> w;
+      if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
+      auto x = nn::load<Acc>(op, self);
+      auto y = nn::load<Acc>(op, target, shape);
+      auto g = nn::load<Acc>(op, grad_output, shape);
+      const Acc norm = reduction == kMean ? Acc(1) / static_cast<Acc>(n) : Acc(1);
+      nn::OutBuf<Acc> ob(gi);
+      for (int64_t i = 0; i < n; ++i) {
+        const Acc d = df(x.data()[i], y.data()[i], static_cast<const Acc*>(nullptr));
+        ob.data()[i] = norm * g.data()[i] * (w.data() ? d * w.data()[i] : d);
+      }
+      ob.finish(op);
+    });
   });
   return gi;
 }
 
-void check_pair(const char* op, const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
-  nn::check_float(op, self);
-  nn::check_float(op, target);
-  check_reduction(op, reduction);
+// The loss shape of self and target (and any per-element weights): their broadcast.
+std::vector<int64_t> loss_shape(const char* op, const at::Tensor& self, const at::Tensor& target,
+                                const at::Tensor& weight = at::Tensor(),
+                                const at::Tensor& pos_weight = at::Tensor()) {
+  return cm::broadcast_shape(op, {&self, &target, &weight, &pos_weight});
 }
 
-void check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
-                    const at::Tensor& target, int64_t reduction) {
-  check_pair(op, self, target, reduction);
-  nn::check_float(op, grad_output);
+// The margin losses' output: the per-sample losses as they are (no reduction
+// of a batch), else their sum or mean, summed in double in sample order.
+template <class Acc>
+void store_per_sample(const char* op, const std::vector<Acc>& per, int64_t reduction, bool batch,
+                      const cm::DeviceTensor& out) {
+  if (reduction == kNone && batch) {
+    nn::store<Acc>(op, per.data(), out);
+    return;
+  }
+  double total = 0;
+  for (const Acc v : per) total += v;
+  Acc v = static_cast<Acc>(reduction == kMean ? total / static_cast<double>(per.size()) : total);
+  nn::store<Acc>(op, &v, out);
 }
 
 template <class T>
@@ -313,14 +329,14 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
                                                         const at::Tensor& target,
                                                         const ::std::optional<at::Tensor>& weight,
                                                         int64_t reduction, int64_t ignore_index) {
-  return nll_forward("nll_loss_forward", self, target, opt(weight), reduction, ignore_index, false);
+  return nll_forward("nll_loss_forward", self, target, cm::opt(weight), reduction, ignore_index, false);
 }
 
 at::Tensor k_nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                const at::Tensor& target, const ::std::optional<at::Tensor>& weight,
                                int64_t reduction, int64_t ignore_index,
                                const at::Tensor& total_weight) {
-  return nll_backward("nll_loss_backward", grad_output, self, target, opt(weight), reduction,
+  return nll_backward("nll_loss_backward", grad_output, self, target, cm::opt(weight), reduction,
                       ignore_index, total_weight, false);
 }
 
@@ -328,175 +344,123 @@ at::Tensor k_nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& 
                                                           const at::Tensor& target,
                                                           const ::std::optional<at::Tensor>& weight,
                                                           int64_t reduction, int64_t ignore_index) {
-  return nll_forward("nll_loss2d_forward", self, target, opt(weight), reduction, ignore_index, true);
+  return nll_forward("nll_loss2d_forward", self, target, cm::opt(weight), reduction, ignore_index, true);
 }
 
 at::Tensor k_nll_loss2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                  const at::Tensor& target,
                                  const ::std::optional<at::Tensor>& weight, int64_t reduction,
                                  int64_t ignore_index, const at::Tensor& total_weight) {
-  return nll_backward("nll_loss2d_backward", grad_output, self, target, opt(weight), reduction,
+  return nll_backward("nll_loss2d_backward", grad_output, self, target, cm::opt(weight), reduction,
                       ignore_index, total_weight, true);
 }
 
-// ---- mse --------------------------------------------------------------------------
+// ---- mse, smooth_l1, huber, soft margin ---------------------------------------------
 
 at::Tensor k_mse_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
   const char* op = "mse_loss";
-  check_pair(op, self, target, reduction);
-  const auto shape = bcast(self.sizes(), target.sizes());
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                  const Acc d = x - y;
-                                  return d * d;
-                                });
-  });
-  return out;
+  return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
+                          [](auto x, auto y, auto) { return (x - y) * (x - y); });
 }
 
 at::Tensor k_mse_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                const at::Tensor& target, int64_t reduction) {
-  const char* op = "mse_loss_backward";
-  check_backward(op, grad_output, self, target, reduction);
-  at::Tensor gi;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                          return Acc(2) * (x - y);
-                                        });
-  });
-  return gi;
+  return elementwise_loss_backward("mse_loss_backward", grad_output, self, target, reduction,
+                                   [](auto x, auto y, auto) { return decltype(x)(2) * (x - y); });
 }
-
-// ---- smooth_l1 / huber ---------------------------------------------------------------
 
 at::Tensor k_smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                             double beta) {
   const char* op = "smooth_l1_loss";
-  check_pair(op, self, target, reduction);
   ACME_CHECK(beta >= 0, op, "beta must be non-negative, got ", beta);
-  const auto shape = bcast(self.sizes(), target.sizes());
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const Acc b = static_cast<Acc>(beta);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [b](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                  const Acc z = std::abs(x - y);
-                                  return z < b ? Acc(0.5) * z * z / b : z - Acc(0.5) * b;
-                                });
-  });
-  return out;
+  return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
+                          [beta](auto x, auto y, auto) {
+                            using Acc = decltype(x);
+                            const Acc b = static_cast<Acc>(beta), z = std::abs(x - y);
+                            return z < b ? Acc(0.5) * z * z / b : z - Acc(0.5) * b;
+                          });
 }
 
 at::Tensor k_smooth_l1_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                      const at::Tensor& target, int64_t reduction, double beta) {
-  const char* op = "smooth_l1_loss_backward";
-  check_backward(op, grad_output, self, target, reduction);
-  at::Tensor gi;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const Acc b = static_cast<Acc>(beta);
-    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [b](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                          const Acc d = x - y;
-                                          return std::abs(d) < b ? d / b : sgn(d);
-                                        });
-  });
-  return gi;
+  return elementwise_loss_backward("smooth_l1_loss_backward", grad_output, self, target, reduction,
+                                   [beta](auto x, auto y, auto) {
+                                     using Acc = decltype(x);
+                                     const Acc b = static_cast<Acc>(beta), d = x - y;
+                                     return std::abs(d) < b ? d / b : sgn(d);
+                                   });
 }
 
 at::Tensor k_huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                         double delta) {
   const char* op = "huber_loss";
-  check_pair(op, self, target, reduction);
   ACME_CHECK(delta > 0, op, "delta must be positive, got ", delta);
-  const auto shape = bcast(self.sizes(), target.sizes());
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const Acc dl = static_cast<Acc>(delta);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [dl](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                  const Acc z = std::abs(x - y);
-                                  return z < dl ? Acc(0.5) * z * z : dl * (z - Acc(0.5) * dl);
-                                });
-  });
-  return out;
+  return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
+                          [delta](auto x, auto y, auto) {
+                            using Acc = decltype(x);
+                            const Acc dl = static_cast<Acc>(delta), z = std::abs(x - y);
+                            return z < dl ? Acc(0.5) * z * z : dl * (z - Acc(0.5) * dl);
+                          });
 }
 
 at::Tensor k_huber_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                  const at::Tensor& target, int64_t reduction, double delta) {
-  const char* op = "huber_loss_backward";
-  check_backward(op, grad_output, self, target, reduction);
-  at::Tensor gi;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const Acc dl = static_cast<Acc>(delta);
-    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [dl](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                          const Acc d = x - y;
-                                          return d <= -dl ? -dl : (d >= dl ? dl : d);
-                                        });
-  });
-  return gi;
+  return elementwise_loss_backward("huber_loss_backward", grad_output, self, target, reduction,
+                                   [delta](auto x, auto y, auto) {
+                                     using Acc = decltype(x);
+                                     const Acc dl = static_cast<Acc>(delta), d = x - y;
+                                     return d <= -dl ? -dl : (d >= dl ? dl : d);
+                                   });
+}
+
+at::Tensor k_soft_margin_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  const char* op = "soft_margin_loss";
+  return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
+                          [](auto x, auto y, auto) { return std::log1p(std::exp(-y * x)); });
+}
+
+at::Tensor k_soft_margin_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                       const at::Tensor& target, int64_t reduction) {
+  return elementwise_loss_backward("soft_margin_loss_backward", grad_output, self, target, reduction,
+                                   [](auto x, auto y, auto) {
+                                     const auto z = std::exp(-y * x);
+                                     return -y * z / (decltype(x)(1) + z);
+                                   });
 }
 
 // ---- binary cross entropy ------------------------------------------------------------
 
 at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& target,
-                                  const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
+                                  const ::std::optional<at::Tensor>& weight, int64_t reduction) {
   const char* op = "binary_cross_entropy";
-  const at::Tensor& weight = opt(weight_);
-  check_pair(op, self, target, reduction);
-  nn::check_float(op, weight);
   ACME_CHECK_T(self.sizes().equals(target.sizes()), op, target, "target shape ", target.sizes(),
                " differs from input shape ", self.sizes());
-  const auto shape = self.sizes().vec();
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite; the
-    // range check reads the data, so it runs in the device part (reported at the
-    // next synchronization)
-    out = elementwise_loss<Acc>(
-        op, self, target, reduction, shape,
-        [op](Acc x, Acc y, int64_t i, const Acc* wp, const Acc*) {
-          ACME_CHECK(x >= Acc(0) && x <= Acc(1), op, "all elements of input should be between 0 and 1");
-          const Acc lx = std::max(std::log(x), Acc(-100));
-          const Acc l1x = std::max(std::log1p(-x), Acc(-100));
-          const Acc l = (y - Acc(1)) * l1x - y * lx;
-          return wp ? l * wp[i] : l;
-        },
-        weight);
-  });
-  return out;
+  // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite; the
+  // range check reads the data, so it runs in the device part (reported at the
+  // next synchronization)
+  return elementwise_loss(op, self, target, reduction, self.sizes().vec(),
+                          [op](auto x, auto y, auto) {
+                            using Acc = decltype(x);
+                            ACME_CHECK(x >= Acc(0) && x <= Acc(1), op,
+                                       "all elements of input should be between 0 and 1");
+                            const Acc lx = std::max(std::log(x), Acc(-100));
+                            const Acc l1x = std::max(std::log1p(-x), Acc(-100));
+                            return (y - Acc(1)) * l1x - y * lx;
+                          },
+                          cm::opt(weight));
 }
 
 at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                            const at::Tensor& target,
-                                           const ::std::optional<at::Tensor>& weight_,
+                                           const ::std::optional<at::Tensor>& weight,
                                            int64_t reduction) {
-  const char* op = "binary_cross_entropy_backward";
-  const at::Tensor& weight = opt(weight_);
-  check_backward(op, grad_output, self, target, reduction);
-  nn::check_float(op, weight);
-  at::Tensor gi;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [](Acc x, Acc y, int64_t i, const Acc* wp, const Acc*) {
-                                          constexpr Acc eps = Acc(1e-12);
-                                          const Acc d = (x - y) / std::max((Acc(1) - x) * x, eps);
-                                          return wp ? d * wp[i] : d;
-                                        },
-                                        weight);
-  });
-  return gi;
+  return elementwise_loss_backward("binary_cross_entropy_backward", grad_output, self, target, reduction,
+                                   [](auto x, auto y, auto) {
+                                     using Acc = decltype(x);
+                                     constexpr Acc eps = Acc(1e-12);
+                                     return (x - y) / std::max((Acc(1) - x) * x, eps);
+                                   },
+                                   cm::opt(weight));
 }
 
 at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::Tensor& target,
@@ -504,63 +468,18 @@ at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::
                                               const ::std::optional<at::Tensor>& pos_weight_,
                                               int64_t reduction) {
   const char* op = "binary_cross_entropy_with_logits";
-  const at::Tensor& weight = opt(weight_);
-  const at::Tensor& pos_weight = opt(pos_weight_);
-  check_pair(op, self, target, reduction);
-  nn::check_float(op, weight);
-  nn::check_float(op, pos_weight);
-  auto shape = bcast(self.sizes(), target.sizes());
-  if (weight.defined()) shape = bcast(shape, weight.sizes());
-  if (pos_weight.defined()) shape = bcast(shape, pos_weight.sizes());
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [](Acc x, Acc y, int64_t i, const Acc* wp, const Acc* pwp) {
-                                  // (1 - y) x + lw * log(1 + exp(-x)), computed stably as
-                                  // lw * (log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0)
-                                  const Acc m = std::max(-x, Acc(0));
-                                  const Acc lw = pwp ? (pwp[i] - Acc(1)) * y + Acc(1) : Acc(1);
-                                  Acc l = (Acc(1) - y) * x +
-                                          lw * (std::log(std::exp(-m) + std::exp(-x - m)) + m);
-                                  return wp ? l * wp[i] : l;
-                                },
-                                weight, pos_weight);
-  });
-  return out;
-}
-
-// ---- soft margin ---------------------------------------------------------------------
-
-at::Tensor k_soft_margin_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
-  const char* op = "soft_margin_loss";
-  check_pair(op, self, target, reduction);
-  const auto shape = bcast(self.sizes(), target.sizes());
-  at::Tensor out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    out = elementwise_loss<Acc>(op, self, target, reduction, shape,
-                                [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                  return std::log1p(std::exp(-y * x));
-                                });
-  });
-  return out;
-}
-
-at::Tensor k_soft_margin_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
-                                       const at::Tensor& target, int64_t reduction) {
-  const char* op = "soft_margin_loss_backward";
-  check_backward(op, grad_output, self, target, reduction);
-  at::Tensor gi;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    gi = elementwise_loss_backward<Acc>(op, grad_output, self, target, reduction,
-                                        [](Acc x, Acc y, int64_t, const Acc*, const Acc*) {
-                                          const Acc z = std::exp(-y * x);
-                                          return -y * z / (Acc(1) + z);
-                                        });
-  });
-  return gi;
+  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& pos_weight = cm::opt(pos_weight_);
+  return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target, weight, pos_weight),
+                          [](auto x, auto y, auto pw) {
+                            // (1 - y) x + lw * log(1 + exp(-x)), computed stably as
+                            // lw * (log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0)
+                            using Acc = decltype(x);
+                            const Acc m = std::max(-x, Acc(0));
+                            const Acc lw = pw ? (*pw - Acc(1)) * y + Acc(1) : Acc(1);
+                            return (Acc(1) - y) * x + lw * (std::log(std::exp(-m) + std::exp(-x - m)) + m);
+                          },
+                          weight, pos_weight);
 }
 
 // ---- margin losses over classes ---------------------------------------------------------
@@ -569,7 +488,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
                                const at::Scalar& p, const at::Scalar& margin,
                                const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
   const char* op = "multi_margin_loss";
-  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& weight = cm::opt(weight_);
   nn::check_float(op, self);
   nn::check_float(op, weight);
   check_reduction(op, reduction);
@@ -598,7 +517,6 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
       nn::Dense<Acc> w;
       if (weight.defined()) w = nn::load<Acc>(op, weight, {C});
       std::vector<Acc> per(static_cast<size_t>(N));
-      double total = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t y = t.p[n];
         ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
@@ -613,14 +531,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
           s += z;
         }
         per[n] = static_cast<Acc>(s / C);
-        total += per[n];
       }
-      if (reduction == kNone && self.dim() == 2) {
-        nn::store<Acc>(op, per.data(), out);
-      } else {
-        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-        nn::store<Acc>(op, &v, out);
-      }
+      store_per_sample(op, per, reduction, /*batch=*/self.dim() == 2, out);
     });
   });
   return out;
@@ -651,7 +563,6 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
       auto t = load_long(target);
       std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));
       std::vector<Acc> per(static_cast<size_t>(N));
-      double total = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t* tr = t.p + n * C;
         Acc* is = ist.data() + n * C;
@@ -672,14 +583,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
           }
         }
         per[n] = static_cast<Acc>(s / C);
-        total += per[n];
       }
-      if (reduction == kNone && self.dim() == 2) {
-        nn::store<Acc>(op, per.data(), out);
-      } else {
-        Acc v = static_cast<Acc>(reduction == kMean ? total / N : total);
-        nn::store<Acc>(op, &v, out);
-      }
+      store_per_sample(op, per, reduction, /*batch=*/self.dim() == 2, out);
       nn::store<Acc>(op, ist.data(), is_target);
     });
   });

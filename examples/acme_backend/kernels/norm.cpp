@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/args.h"
 #include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
@@ -27,11 +28,6 @@ namespace acme::kernels {
 namespace {
 
 namespace cm = ::acme::common;
-
-const at::Tensor& opt(const std::optional<at::Tensor>& t) {
-  static const at::Tensor undefined;
-  return (t.has_value() && t->defined()) ? *t : undefined;
-}
 
 bool is_reduced(c10::ScalarType st) {
   return st == c10::ScalarType::Half || st == c10::ScalarType::BFloat16;
@@ -176,15 +172,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
     const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
     const ::std::optional<at::Tensor>& bias, const ::std::optional<at::Tensor>& running_mean,
     const ::std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl("native_batch_norm", input, opt(weight), opt(bias), opt(running_mean),
-                         opt(running_var), training, momentum, eps);
+  return batch_norm_impl("native_batch_norm", input, cm::opt(weight), cm::opt(bias), cm::opt(running_mean),
+                         cm::opt(running_var), training, momentum, eps);
 }
 
 ::std::tuple<at::Tensor, at::Tensor, at::Tensor> k__native_batch_norm_legit(
     const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
     const ::std::optional<at::Tensor>& bias, at::Tensor& running_mean, at::Tensor& running_var,
     bool training, double momentum, double eps) {
-  return batch_norm_impl("_native_batch_norm_legit", input, opt(weight), opt(bias), running_mean,
+  return batch_norm_impl("_native_batch_norm_legit", input, cm::opt(weight), cm::opt(bias), running_mean,
                          running_var, training, momentum, eps);
 }
 
@@ -194,11 +190,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
     const ::std::optional<at::Tensor>& save_mean_, const ::std::optional<at::Tensor>& save_invstd_,
     bool train, double eps, ::std::array<bool, 3> output_mask) {
   const char* op = "native_batch_norm_backward";
-  const at::Tensor& weight = opt(weight_);
-  const at::Tensor& running_mean = opt(running_mean_);
-  const at::Tensor& running_var = opt(running_var_);
-  const at::Tensor& save_mean = opt(save_mean_);
-  const at::Tensor& save_invstd = opt(save_invstd_);
+  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& running_mean = cm::opt(running_mean_);
+  const at::Tensor& running_var = cm::opt(running_var_);
+  const at::Tensor& save_mean = cm::opt(save_mean_);
+  const at::Tensor& save_invstd = cm::opt(save_invstd_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, weight);
@@ -322,8 +318,8 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     const ::std::optional<at::Tensor>& weight_, const ::std::optional<at::Tensor>& bias_,
     double eps) {
   const char* op = "native_layer_norm";
-  const at::Tensor& weight = opt(weight_);
-  const at::Tensor& bias = opt(bias_);
+  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& bias = cm::opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, weight);
   nn::check_float(op, bias);
@@ -387,8 +383,8 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     const at::Tensor& mean, const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_,
     const ::std::optional<at::Tensor>& bias_, ::std::array<bool, 3> output_mask) {
   const char* op = "native_layer_norm_backward";
-  const at::Tensor& weight = opt(weight_);
-  const at::Tensor& bias = opt(bias_);
+  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& bias = cm::opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, mean);
@@ -469,8 +465,8 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     const ::std::optional<at::Tensor>& bias_, int64_t N, int64_t C, int64_t HxW, int64_t group,
     double eps) {
   const char* op = "native_group_norm";
-  const at::Tensor& weight = opt(weight_);
-  const at::Tensor& bias = opt(bias_);
+  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& bias = cm::opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, weight);
   nn::check_float(op, bias);
@@ -525,7 +521,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_, int64_t N, int64_t C,
     int64_t HxW, int64_t group, ::std::array<bool, 3> output_mask) {
   const char* op = "native_group_norm_backward";
-  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& weight = cm::opt(weight_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, mean);

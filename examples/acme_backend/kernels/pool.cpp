@@ -1,18 +1,20 @@
-// acme pooling kernels: max_pool2d_with_indices (+ backward), avg_pool2d
-// (+ backward), _adaptive_avg_pool2d (+ backward), adaptive_max_pool2d
-// (+ backward) on (C, H, W) or (N, C, H, W) inputs; max_pool3d_with_indices,
-// avg_pool3d, _adaptive_avg_pool3d and adaptive_max_pool3d (+ backward) on
-// (C, D, H, W) or (N, C, D, H, W) inputs. Each (n, c) plane (or volume) is
-// pooled independently on a dense staging copy
-// in the compute type; outputs are contiguous. Max-pool indices are flat
-// offsets into the input plane (h * W + w) or volume ((d * H + h) * W + w),
-// as PyTorch defines them.
+// acme pooling kernels, 2-d on (C, H, W) or (N, C, H, W) inputs and 3-d on
+// (C, D, H, W) or (N, C, D, H, W): max_pool{2,3}d_with_indices, avg_pool{2,3}d,
+// _adaptive_avg_pool{2,3}d and adaptive_max_pool{2,3}d, each with its backward,
+// and max_unpool{2,3}d. One implementation per pool serves both ranks: a 2-d
+// pool is a 3-d pool over a depth of 1 (window 1, stride 1, no padding). Each
+// (n, c) plane (or volume) is pooled independently on a dense staging copy in
+// the compute type, and averages accumulate in it (the op's accumulate type, as
+// PyTorch's CPU kernels); outputs are contiguous. Max-pool indices are flat
+// offsets into the input plane (h * W + w) or volume ((d * H + h) * W + w), as
+// PyTorch defines them.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
 #include "kernels.h"
 #include "nn_buffers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -25,14 +27,9 @@ namespace {
 
 namespace cm = ::acme::common;
 
-struct Pool2d {
-  int64_t planes = 0, H = 0, W = 0, Ho = 0, Wo = 0;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-};
-
 // Value i of a pooling parameter given as one int or one per spatial dim (2 or 3).
 int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt,
-             size_t spatial = 2) {
+             size_t spatial) {
   if (v.empty()) return dflt;
   ACME_CHECK(v.size() == 1 || v.size() == spatial, op, name, " must be a single int or a ",
              spatial == 2 ? "pair" : "triple", ", got ", v);
@@ -49,7 +46,7 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
 }
 
 // A pooling input of `spatial` (2 or 3) dims: (C, *spatial) or (N, C, *spatial), float.
-void check_pool_input(const char* op, const at::Tensor& self, int64_t spatial = 2) {
+void check_pool_input(const char* op, const at::Tensor& self, int64_t spatial) {
   const char* dims = spatial == 2 ? "H, W" : "D, H, W";
   ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "expected a ",
                spatial + 1, "-d (C, ", dims, ") or ", spatial + 2, "-d (N, C, ", dims,
@@ -62,41 +59,147 @@ void check_pool_input(const char* op, const at::Tensor& self, int64_t spatial = 
   }
 }
 
-Pool2d make_pool(const char* op, const at::Tensor& self, at::IntArrayRef kernel_size,
-                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-                 bool ceil_mode) {
-  check_pool_input(op, self);
-  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
-  Pool2d p;
-  p.kh = pick(op, "kernel_size", kernel_size, 0, 1);
-  p.kw = pick(op, "kernel_size", kernel_size, 1, 1);
-  p.sh = pick(op, "stride", stride, 0, p.kh);
-  p.sw = pick(op, "stride", stride, 1, p.kw);
-  p.ph = pick(op, "padding", padding, 0, 0);
-  p.pw = pick(op, "padding", padding, 1, 0);
-  p.dh = pick(op, "dilation", dilation, 0, 1);
-  p.dw = pick(op, "dilation", dilation, 1, 1);
-  ACME_CHECK(p.kh > 0 && p.kw > 0, op, "kernel_size must be positive, got ", kernel_size);
-  ACME_CHECK(p.sh > 0 && p.sw > 0, op, "stride must be positive, got ", stride);
-  ACME_CHECK(p.dh > 0 && p.dw > 0, op, "dilation must be positive, got ", dilation);
-  ACME_CHECK(p.ph >= 0 && p.pw >= 0 && p.ph <= p.kh / 2 && p.pw <= p.kw / 2, op,
-             "pad should be at most half of effective kernel size, but got pad=", padding,
-             " and kernel_size=", kernel_size);
-  p.H = self.size(-2);
-  p.W = self.size(-1);
-  p.planes = self.numel() / (p.H * p.W);
-  p.Ho = pooled_size(p.H, p.kh, p.ph, p.sh, p.dh, ceil_mode);
-  p.Wo = pooled_size(p.W, p.kw, p.pw, p.sw, p.dw, ceil_mode);
-  ACME_CHECK(p.Ho > 0 && p.Wo > 0, op, "output size is too small: input ", self.sizes(),
-             ", output (", p.Ho, ", ", p.Wo, ")");
+// The window of one output index along one dim, inside the input: n taps from
+// first, the dilation apart; size also counts the padding inside the window
+// (avg_pool's divisor with count_include_pad). A window is the product of its
+// dims' spans, so they are computed once per dim and output index.
+struct Span {
+  int64_t first, n, size;
+};
+
+// The geometry of a pool over `spatial` (2 or 3) dims, padded in front to
+// (D, H, W): a 2-d pool has D = Do = 1, window 1, stride 1, no padding.
+// A windowed pool (max_pool, avg_pool) reads the window k, stride s, padding p
+// and dilation d; an adaptive pool splits each input dim into out[i] windows.
+struct Pool {
+  int spatial = 2;
+  bool adaptive = false;
+  int64_t planes = 0;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0}, d[3] = {1, 1, 1};
+  // avg_pool's divisor rule (an adaptive pool divides by its window's size)
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override;
+  // span[i][o]: the window of output index o along dim i (set_spans)
+  std::vector<Span> span[3];
+  int64_t vol() const { return in[0] * in[1] * in[2]; }
+};
+
+// Adaptive pooling window of output index o over an input of size in.
+inline int64_t ada_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
+inline int64_t ada_end(int64_t o, int64_t out, int64_t in) {
+  return ((o + 1) * in + out - 1) / out;
+}
+
+// Fills p.span from the (checked) geometry.
+void set_spans(Pool& p) {
+  for (int i = 0; i < 3; ++i) {
+    p.span[i].resize(static_cast<size_t>(p.out[i]));
+    for (int64_t o = 0; o < p.out[i]; ++o) {
+      Span& sp = p.span[i][static_cast<size_t>(o)];
+      if (p.adaptive) {
+        sp.first = ada_start(o, p.out[i], p.in[i]);
+        sp.n = sp.size = ada_end(o, p.out[i], p.in[i]) - sp.first;
+        continue;
+      }
+      // the taps start + a * d, a in [0, k), that fall inside [0, in)
+      const int64_t start = o * p.s[i] - p.p[i], d = p.d[i];
+      const int64_t a0 = start < 0 ? (-start + d - 1) / d : 0;
+      const int64_t a1 = start >= p.in[i] ? 0 : std::min(p.k[i], (p.in[i] - 1 - start) / d + 1);
+      sp.first = start + a0 * d;
+      sp.n = std::max<int64_t>(a1 - a0, 0);
+      sp.size = std::min(start + p.k[i], p.in[i] + p.p[i]) - start;
+    }
+  }
+}
+
+// The input sizes of a checked pooling input; the output sizes are the caller's.
+Pool pool_input(const char* op, const at::Tensor& self, int spatial) {
+  check_pool_input(op, self, spatial);
+  Pool p;
+  p.spatial = spatial;
+  for (int i = 3 - spatial; i < 3; ++i) p.in[i] = self.size(self.dim() - 3 + i);
+  p.planes = self.numel() / p.vol();
   return p;
 }
 
-std::vector<int64_t> out_shape(const at::Tensor& self, int64_t Ho, int64_t Wo) {
+// A windowed pool: parameters given as one int or one per dim.
+Pool make_pool(const char* op, const at::Tensor& self, int spatial, at::IntArrayRef kernel_size,
+               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+               bool ceil_mode) {
+  Pool p = pool_input(op, self, spatial);
+  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
+  for (int i = 3 - spatial, a = 0; i < 3; ++i, ++a) {
+    const size_t arg = static_cast<size_t>(a), n = static_cast<size_t>(spatial);
+    p.k[i] = pick(op, "kernel_size", kernel_size, arg, 1, n);
+    p.s[i] = pick(op, "stride", stride, arg, p.k[i], n);
+    p.p[i] = pick(op, "padding", padding, arg, 0, n);
+    p.d[i] = pick(op, "dilation", dilation, arg, 1, n);
+    ACME_CHECK(p.k[i] > 0, op, "kernel_size must be positive, got ", kernel_size);
+    ACME_CHECK(p.s[i] > 0, op, "stride must be positive, got ", stride);
+    ACME_CHECK(p.d[i] > 0, op, "dilation must be positive, got ", dilation);
+    ACME_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
+               "pad should be at most half of effective kernel size, but got pad=", padding,
+               " and kernel_size=", kernel_size);
+    p.out[i] = pooled_size(p.in[i], p.k[i], p.p[i], p.s[i], p.d[i], ceil_mode);
+  }
+  const at::IntArrayRef outs(p.out + 3 - spatial, static_cast<size_t>(spatial));
+  for (const int64_t o : outs)
+    ACME_CHECK(o > 0, op, "output size is too small: input ", self.sizes(), ", output ", outs);
+  set_spans(p);
+  return p;
+}
+
+// avg_pool's: no dilation, and the divisor rule.
+Pool make_avg_pool(const char* op, const at::Tensor& self, int spatial, at::IntArrayRef kernel_size,
+                   at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
+                   bool count_include_pad, std::optional<int64_t> divisor_override) {
+  Pool p = make_pool(op, self, spatial, kernel_size, stride, padding, {}, ceil_mode);
+  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+             "divisor must be not zero");
+  p.count_include_pad = count_include_pad;
+  p.divisor_override = divisor_override;
+  return p;
+}
+
+// An adaptive pool: output_size has one value per dim.
+Pool make_adaptive(const char* op, const at::Tensor& self, int spatial, at::IntArrayRef output_size,
+                   bool allow_zero) {
+  Pool p = pool_input(op, self, spatial);
+  p.adaptive = true;
+  ACME_CHECK(output_size.size() == static_cast<size_t>(spatial), op, "output_size must have ", spatial,
+             " values, got ", output_size);
+  for (int i = 3 - spatial, a = 0; i < 3; ++i, ++a) {
+    const int64_t o = output_size[static_cast<size_t>(a)];
+    ACME_CHECK(allow_zero ? o >= 0 : o > 0, op, "output_size must be ",
+               allow_zero ? "non-negative" : "positive", ", got ", output_size);
+    p.out[i] = o;
+  }
+  set_spans(p);
+  return p;
+}
+
+// adaptive avg pool's backward reads the output size off grad_output.
+Pool adaptive_from_grad(const char* op, const at::Tensor& grad_output, const at::Tensor& self, int spatial) {
+  ACME_CHECK_T(grad_output.dim() == self.dim() && self.dim() >= spatial, op, grad_output,
+               "grad_output must have the rank of self");
+  const auto gsizes = grad_output.sizes();
+  return make_adaptive(op, self, spatial, gsizes.slice(gsizes.size() - static_cast<size_t>(spatial)),
+                       /*allow_zero=*/true);
+}
+
+// self's shape with the spatial dims replaced by the pool's output sizes.
+std::vector<int64_t> out_shape(const at::Tensor& self, const Pool& p) {
   std::vector<int64_t> s(self.sizes().begin(), self.sizes().end());
-  s[s.size() - 2] = Ho;
-  s[s.size() - 1] = Wo;
+  for (int i = 3 - p.spatial; i < 3; ++i) s[s.size() - 3 + static_cast<size_t>(i)] = p.out[i];
   return s;
+}
+
+void check_grad_output(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                       const Pool& p) {
+  const auto shape = out_shape(self, p);
+  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
 }
 
 // A shape-matching tensor of int64 as a dense (contiguous) tensor, for a
@@ -141,48 +244,52 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
   return gi;
 }
 
-// avg-pool window [hs, he) x [ws, we) clipped to the input, and its divisor.
-struct AvgWin {
-  int64_t hs, he, ws, we;
+// The input window of one output element (its spans along D, H, W) and the
+// divisor of an average over it: 0 when the window lies entirely in the
+// padding (that average is 0).
+struct Window {
+  const Span* span[3];
   int64_t div;
 };
-AvgWin avg_window(const Pool2d& p, int64_t oh, int64_t ow, bool count_include_pad,
-                  std::optional<int64_t> divisor_override) {
-  int64_t hs = oh * p.sh - p.ph, ws = ow * p.sw - p.pw;
-  int64_t he = std::min(hs + p.kh, p.H + p.ph), we = std::min(ws + p.kw, p.W + p.pw);
-  const int64_t pool_size = (he - hs) * (we - ws);
-  hs = std::max<int64_t>(hs, 0);
-  ws = std::max<int64_t>(ws, 0);
-  he = std::min(he, p.H);
-  we = std::min(we, p.W);
-  int64_t div;
-  if (divisor_override.has_value()) {
-    div = *divisor_override;
-  } else if (count_include_pad) {
-    div = pool_size;
-  } else {
-    div = (he - hs) * (we - ws);
+
+// Calls f(plane offset, output offset, window) for every output element, in order.
+template <class F>
+void for_each_window(const Pool& p, F&& f) {
+  int64_t o = 0;
+  for (int64_t pl = 0; pl < p.planes; ++pl)
+    for (const Span& sd : p.span[0])
+      for (const Span& sh : p.span[1])
+        for (const Span& sw : p.span[2]) {
+          const int64_t valid = sd.n * sh.n * sw.n;
+          const int64_t div = valid == 0                       ? 0
+                              : p.adaptive                     ? valid
+                              : p.divisor_override.has_value() ? *p.divisor_override
+                              : p.count_include_pad            ? sd.size * sh.size * sw.size
+                                                               : valid;
+          f(pl * p.vol(), o++, Window{{&sd, &sh, &sw}, div});
+        }
+}
+
+// Calls tap(flat offset in the plane) for the window's taps in order, while it returns true.
+template <class F>
+void for_each_tap(const Pool& p, const Window& w, F&& tap) {
+  const Span &sd = *w.span[0], &sh = *w.span[1], &sw = *w.span[2];
+  for (int64_t a = 0; a < sd.n; ++a) {
+    const int64_t z = sd.first + a * p.d[0];
+    for (int64_t b = 0; b < sh.n; ++b) {
+      const int64_t row = (z * p.in[1] + sh.first + b * p.d[1]) * p.in[2] + sw.first;
+      for (int64_t c = 0; c < sw.n; ++c)
+        if (!tap(row + c * p.d[2])) return;
+    }
   }
-  return {hs, he, ws, we, div};
 }
 
-// Adaptive pooling window of output index o over an input of size in.
-inline int64_t ada_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
-inline int64_t ada_end(int64_t o, int64_t out, int64_t in) {
-  return ((o + 1) * in + out - 1) / out;
-}
+// ---- one implementation per pool, for both ranks, windowed or adaptive ----
 
-}  // namespace
-
-::std::tuple<at::Tensor, at::Tensor> k_max_pool2d_with_indices(const at::Tensor& self,
-                                                               at::IntArrayRef kernel_size,
-                                                               at::IntArrayRef stride,
-                                                               at::IntArrayRef padding,
-                                                               at::IntArrayRef dilation,
-                                                               bool ceil_mode) {
-  const char* op = "max_pool2d_with_indices";
-  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, dilation, ceil_mode);
-  const auto shape = out_shape(self, p.Ho, p.Wo);
+// The maximum of each window and its flat index in the plane: the first
+// maximum wins; a NaN wins and sticks, as in PyTorch.
+std::tuple<at::Tensor, at::Tensor> max_pool(const char* op, const at::Tensor& self, const Pool& p) {
+  const auto shape = out_shape(self, p);
   at::Tensor out = at::empty(shape, self.options());
   at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
   if (out.numel() == 0) return {out, idx};
@@ -193,636 +300,202 @@ inline int64_t ada_end(int64_t o, int64_t out, int64_t in) {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       int64_t* ip = idx.data_ptr<int64_t>();
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        const Acc* in = x.data() + pl * p.H * p.W;
-        Acc* o = ob.data() + pl * p.Ho * p.Wo;
-        int64_t* oi = ip + pl * p.Ho * p.Wo;
-        for (int64_t oh = 0; oh < p.Ho; ++oh) {
-          const int64_t hs = oh * p.sh - p.ph;
-          for (int64_t ow = 0; ow < p.Wo; ++ow) {
-            const int64_t ws = ow * p.sw - p.pw;
-            Acc best = -std::numeric_limits<Acc>::infinity();
-            int64_t bi = -1;
-            for (int64_t i = 0; i < p.kh; ++i) {
-              const int64_t h = hs + i * p.dh;
-              if (h < 0 || h >= p.H) continue;
-              for (int64_t j = 0; j < p.kw; ++j) {
-                const int64_t w = ws + j * p.dw;
-                if (w < 0 || w >= p.W) continue;
-                const Acc v = in[h * p.W + w];
-                // NaN wins and sticks, as in PyTorch.
-                if (bi < 0 || v > best || std::isnan(v)) {
-                  best = v;
-                  bi = h * p.W + w;
-                  if (std::isnan(v)) { i = p.kh; break; }
-                }
-              }
-            }
-            o[oh * p.Wo + ow] = best;
-            oi[oh * p.Wo + ow] = bi;
+      for_each_window(p, [&](int64_t plane, int64_t o, const Window& w) {
+        const Acc* in = x.data() + plane;
+        Acc best = -std::numeric_limits<Acc>::infinity();
+        int64_t bi = -1;
+        for_each_tap(p, w, [&](int64_t k) {
+          const Acc v = in[k];
+          if (bi < 0 || v > best || std::isnan(v)) {
+            best = v;
+            bi = k;
           }
-        }
-      }
+          return !std::isnan(v);
+        });
+        ob.data()[o] = best;
+        ip[o] = bi;
+      });
       ob.finish(op);
     });
   });
   return {out, idx};
 }
 
-at::Tensor k_max_pool2d_with_indices_backward(const at::Tensor& grad_output,
-                                              const at::Tensor& self,
-                                              at::IntArrayRef kernel_size,
-                                              at::IntArrayRef stride, at::IntArrayRef padding,
-                                              at::IntArrayRef dilation, bool ceil_mode,
-                                              const at::Tensor& indices) {
-  const char* op = "max_pool2d_with_indices_backward";
-  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, dilation, ceil_mode);
-  const auto shape = out_shape(self, p.Ho, p.Wo);
-  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
-  return scatter_grad_by_indices(op, grad_output, self, indices, p.H * p.W);
+// The backward of every max pool: each gradient goes where the forward's index points.
+at::Tensor max_pool_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                             const Pool& p, const at::Tensor& indices) {
+  check_grad_output(op, grad_output, self, p);
+  return scatter_grad_by_indices(op, grad_output, self, indices, p.vol());
 }
 
-at::Tensor k_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size,
-                        at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
-                        bool count_include_pad, ::std::optional<int64_t> divisor_override) {
-  const char* op = "avg_pool2d";
-  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, {}, ceil_mode);
-  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
-             "divisor must be not zero");
-  at::Tensor out = at::empty(out_shape(self, p.Ho, p.Wo), self.options());
+// The average of each window, accumulated in the compute type (the op's
+// accumulate type, as PyTorch's CPU kernels do).
+at::Tensor avg_pool(const char* op, const at::Tensor& self, const Pool& p) {
+  at::Tensor out = at::empty(out_shape(self, p), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, p, count_include_pad, divisor_override, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
+    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        const Acc* in = x.data() + pl * p.H * p.W;
-        Acc* o = ob.data() + pl * p.Ho * p.Wo;
-        for (int64_t oh = 0; oh < p.Ho; ++oh)
-          for (int64_t ow = 0; ow < p.Wo; ++ow) {
-            const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
-            Acc s = 0;
-            for (int64_t h = w.hs; h < w.he; ++h)
-              for (int64_t c = w.ws; c < w.we; ++c) s += in[h * p.W + c];
-            o[oh * p.Wo + ow] = (w.hs >= w.he || w.ws >= w.we) ? Acc(0) : s / Acc(w.div);
-          }
-      }
+      for_each_window(p, [&](int64_t plane, int64_t o, const Window& w) {
+        const Acc* in = x.data() + plane;
+        Acc sum = 0;
+        for_each_tap(p, w, [&](int64_t k) {
+          sum += in[k];
+          return true;
+        });
+        ob.data()[o] = w.div == 0 ? Acc(0) : sum / Acc(w.div);
+      });
       ob.finish(op);
     });
   });
   return out;
 }
 
-at::Tensor k_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
-                                 at::IntArrayRef kernel_size, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
-                                 ::std::optional<int64_t> divisor_override) {
-  const char* op = "avg_pool2d_backward";
-  const Pool2d p = make_pool(op, self, kernel_size, stride, padding, {}, ceil_mode);
-  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
-             "divisor must be not zero");
-  const auto shape = out_shape(self, p.Ho, p.Wo);
-  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
+// Each output gradient divided by its window's divisor, added over the window.
+at::Tensor avg_pool_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
+                             const Pool& p) {
+  check_grad_output(op, grad_output, self, p);
   at::Tensor gi = at::empty(self.sizes(), grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, p, count_include_pad, divisor_override,
-                    grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    cm::launch(gi, [op, p, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
       auto go = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        Acc* g = ob.data() + pl * p.H * p.W;
-        const Acc* src = go.data() + pl * p.Ho * p.Wo;
-        for (int64_t oh = 0; oh < p.Ho; ++oh)
-          for (int64_t ow = 0; ow < p.Wo; ++ow) {
-            const AvgWin w = avg_window(p, oh, ow, count_include_pad, divisor_override);
-            if (w.hs >= w.he || w.ws >= w.we) continue;
-            const Acc v = src[oh * p.Wo + ow] / Acc(w.div);
-            for (int64_t h = w.hs; h < w.he; ++h)
-              for (int64_t c = w.ws; c < w.we; ++c) g[h * p.W + c] += v;
-          }
-      }
+      for_each_window(p, [&](int64_t plane, int64_t o, const Window& w) {
+        if (w.div == 0) return;
+        Acc* g = ob.data() + plane;
+        const Acc v = go.data()[o] / Acc(w.div);
+        for_each_tap(p, w, [&](int64_t k) {
+          g[k] += v;
+          return true;
+        });
+      });
       ob.finish(op);
     });
   });
   return gi;
+}
+
+}  // namespace
+
+// The kernels: each names its pool and rank. Forwards first, then backwards.
+
+std::tuple<at::Tensor, at::Tensor> k_max_pool2d_with_indices(const at::Tensor& self,
+                                                             at::IntArrayRef kernel_size,
+                                                             at::IntArrayRef stride, at::IntArrayRef padding,
+                                                             at::IntArrayRef dilation, bool ceil_mode) {
+  const char* op = "max_pool2d_with_indices";
+  return max_pool(op, self, make_pool(op, self, 2, kernel_size, stride, padding, dilation, ceil_mode));
+}
+
+std::tuple<at::Tensor, at::Tensor> k_max_pool3d_with_indices(const at::Tensor& self,
+                                                             at::IntArrayRef kernel_size,
+                                                             at::IntArrayRef stride, at::IntArrayRef padding,
+                                                             at::IntArrayRef dilation, bool ceil_mode) {
+  const char* op = "max_pool3d_with_indices";
+  return max_pool(op, self, make_pool(op, self, 3, kernel_size, stride, padding, dilation, ceil_mode));
+}
+
+at::Tensor k_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                        at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                        std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d";
+  return avg_pool(op, self, make_avg_pool(op, self, 2, kernel_size, stride, padding, ceil_mode,
+                                          count_include_pad, divisor_override));
+}
+
+at::Tensor k_avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                        at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                        std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool3d";
+  return avg_pool(op, self, make_avg_pool(op, self, 3, kernel_size, stride, padding, ceil_mode,
+                                          count_include_pad, divisor_override));
 }
 
 at::Tensor k__adaptive_avg_pool2d(const at::Tensor& self, at::IntArrayRef output_size) {
   const char* op = "_adaptive_avg_pool2d";
-  check_pool_input(op, self);
-  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
-  ACME_CHECK(output_size[0] >= 0 && output_size[1] >= 0, op,
-             "output_size must be non-negative, got ", output_size);
-  const int64_t H = self.size(-2), W = self.size(-1);
-  const int64_t Ho = output_size[0], Wo = output_size[1];
-  at::Tensor out = at::empty(out_shape(self, Ho, Wo), self.options());
-  if (out.numel() == 0) return out;
-  const int64_t planes = self.numel() / (H * W);
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, planes, H, W, Ho, Wo, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      for (int64_t pl = 0; pl < planes; ++pl) {
-        const Acc* in = x.data() + pl * H * W;
-        Acc* o = ob.data() + pl * Ho * Wo;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-            Acc s = 0;
-            for (int64_t h = hs; h < he; ++h)
-              for (int64_t c = ws; c < we; ++c) s += in[h * W + c];
-            o[oh * Wo + ow] = s / Acc((he - hs) * (we - ws));
-          }
-        }
-      }
-      ob.finish(op);
-    });
-  });
-  return out;
+  return avg_pool(op, self, make_adaptive(op, self, 2, output_size, /*allow_zero=*/true));
+}
+
+at::Tensor k__adaptive_avg_pool3d(const at::Tensor& self, at::IntArrayRef output_size) {
+  const char* op = "_adaptive_avg_pool3d";
+  return avg_pool(op, self, make_adaptive(op, self, 3, output_size, /*allow_zero=*/true));
+}
+
+std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool2d(const at::Tensor& self,
+                                                         at::IntArrayRef output_size) {
+  const char* op = "adaptive_max_pool2d";
+  return max_pool(op, self, make_adaptive(op, self, 2, output_size, /*allow_zero=*/false));
+}
+
+std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool3d(const at::Tensor& self,
+                                                         at::IntArrayRef output_size) {
+  const char* op = "adaptive_max_pool3d";
+  return max_pool(op, self, make_adaptive(op, self, 3, output_size, /*allow_zero=*/false));
+}
+
+at::Tensor k_max_pool2d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                              at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                              at::IntArrayRef padding, at::IntArrayRef dilation,
+                                              bool ceil_mode, const at::Tensor& indices) {
+  const char* op = "max_pool2d_with_indices_backward";
+  const Pool p = make_pool(op, self, 2, kernel_size, stride, padding, dilation, ceil_mode);
+  return max_pool_backward(op, grad_output, self, p, indices);
+}
+
+at::Tensor k_max_pool3d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                              at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                              at::IntArrayRef padding, at::IntArrayRef dilation,
+                                              bool ceil_mode, const at::Tensor& indices) {
+  const char* op = "max_pool3d_with_indices_backward";
+  const Pool p = make_pool(op, self, 3, kernel_size, stride, padding, dilation, ceil_mode);
+  return max_pool_backward(op, grad_output, self, p, indices);
+}
+
+at::Tensor k_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                 bool ceil_mode, bool count_include_pad,
+                                 std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d_backward";
+  const Pool p = make_avg_pool(op, self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                               divisor_override);
+  return avg_pool_backward(op, grad_output, self, p);
+}
+
+at::Tensor k_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                 at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                 bool ceil_mode, bool count_include_pad,
+                                 std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool3d_backward";
+  const Pool p = make_avg_pool(op, self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                               divisor_override);
+  return avg_pool_backward(op, grad_output, self, p);
 }
 
 at::Tensor k__adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
   const char* op = "_adaptive_avg_pool2d_backward";
-  check_pool_input(op, self);
-  ACME_CHECK_T(grad_output.dim() == self.dim(), op, grad_output,
-               "grad_output must have the rank of self");
-  const int64_t H = self.size(-2), W = self.size(-1);
-  const int64_t Ho = grad_output.size(-2), Wo = grad_output.size(-1);
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  const int64_t planes = self.numel() / (H * W);
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(gi, [op, planes, H, W, Ho, Wo, grad_output = cm::DeviceTensor(grad_output),
-                    gi = cm::DeviceTensor(gi)] {
-      auto go = nn::load<Acc>(op, grad_output);
-      nn::OutBuf<Acc> ob(gi);
-      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < planes; ++pl) {
-        Acc* g = ob.data() + pl * H * W;
-        const Acc* src = go.data() + pl * Ho * Wo;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-            const Acc v = src[oh * Wo + ow] / Acc((he - hs) * (we - ws));
-            for (int64_t h = hs; h < he; ++h)
-              for (int64_t c = ws; c < we; ++c) g[h * W + c] += v;
-          }
-        }
-      }
-      ob.finish(op);
-    });
-  });
-  return gi;
+  return avg_pool_backward(op, grad_output, self, adaptive_from_grad(op, grad_output, self, 2));
 }
 
-::std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool2d(const at::Tensor& self,
-                                                           at::IntArrayRef output_size) {
-  const char* op = "adaptive_max_pool2d";
-  check_pool_input(op, self);
-  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
-  ACME_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "output_size must be positive, got ",
-             output_size);
-  const int64_t H = self.size(-2), W = self.size(-1);
-  const int64_t Ho = output_size[0], Wo = output_size[1];
-  const auto shape = out_shape(self, Ho, Wo);
-  at::Tensor out = at::empty(shape, self.options());
-  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
-  if (out.numel() == 0) return {out, idx};
-  const int64_t planes = self.numel() / (H * W);
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, planes, H, W, Ho, Wo, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out), idx = cm::DeviceTensor(idx)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      int64_t* ip = idx.data_ptr<int64_t>();
-      for (int64_t pl = 0; pl < planes; ++pl) {
-        const Acc* in = x.data() + pl * H * W;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const int64_t hs = ada_start(oh, Ho, H), he = ada_end(oh, Ho, H);
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const int64_t ws = ada_start(ow, Wo, W), we = ada_end(ow, Wo, W);
-            Acc best = -std::numeric_limits<Acc>::infinity();
-            int64_t bi = hs * W + ws;
-            for (int64_t h = hs; h < he; ++h)
-              for (int64_t c = ws; c < we; ++c) {
-                const Acc v = in[h * W + c];
-                if (v > best || std::isnan(v)) {
-                  best = v;
-                  bi = h * W + c;
-                  if (std::isnan(v)) { h = he; break; }
-                }
-              }
-            ob.data()[(pl * Ho + oh) * Wo + ow] = best;
-            ip[(pl * Ho + oh) * Wo + ow] = bi;
-          }
-        }
-      }
-      ob.finish(op);
-    });
-  });
-  return {out, idx};
+at::Tensor k__adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  const char* op = "_adaptive_avg_pool3d_backward";
+  return avg_pool_backward(op, grad_output, self, adaptive_from_grad(op, grad_output, self, 3));
 }
 
 at::Tensor k_adaptive_max_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                           const at::Tensor& indices) {
   const char* op = "adaptive_max_pool2d_backward";
-  check_pool_input(op, self);
-  return scatter_grad_by_indices(op, grad_output, self, indices, self.size(-2) * self.size(-1));
-}
-
-// ---- 3-d pooling ------------------------------------------------------------------
-
-namespace {
-struct Pool3d {
-  int64_t planes = 0, D = 0, H = 0, W = 0, Do = 0, Ho = 0, Wo = 0;
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0}, d[3] = {1, 1, 1};
-};
-
-Pool3d make_pool3d(const char* op, const at::Tensor& self, at::IntArrayRef kernel_size,
-                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-                   bool ceil_mode) {
-  check_pool_input(op, self, 3);
-  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
-  Pool3d p;
-  const int64_t in[3] = {self.size(-3), self.size(-2), self.size(-1)};
-  int64_t outs[3];
-  for (size_t i = 0; i < 3; ++i) {
-    p.k[i] = pick(op, "kernel_size", kernel_size, i, 1, 3);
-    p.s[i] = pick(op, "stride", stride, i, p.k[i], 3);
-    p.p[i] = pick(op, "padding", padding, i, 0, 3);
-    p.d[i] = pick(op, "dilation", dilation, i, 1, 3);
-    ACME_CHECK(p.k[i] > 0 && p.s[i] > 0 && p.d[i] > 0, op,
-               "kernel_size, stride and dilation must be positive");
-    ACME_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
-               "pad should be at most half of effective kernel size, but got pad=", padding,
-               " and kernel_size=", kernel_size);
-    outs[i] = pooled_size(in[i], p.k[i], p.p[i], p.s[i], p.d[i], ceil_mode);
-    ACME_CHECK(outs[i] > 0, op, "output size is too small for input ", self.sizes());
-  }
-  p.D = in[0]; p.H = in[1]; p.W = in[2];
-  p.Do = outs[0]; p.Ho = outs[1]; p.Wo = outs[2];
-  p.planes = self.numel() / (p.D * p.H * p.W);
-  return p;
-}
-
-std::vector<int64_t> out_shape3(const at::Tensor& self, int64_t Do, int64_t Ho, int64_t Wo) {
-  std::vector<int64_t> s(self.sizes().begin(), self.sizes().end());
-  s[s.size() - 3] = Do;
-  s[s.size() - 2] = Ho;
-  s[s.size() - 1] = Wo;
-  return s;
-}
-std::vector<int64_t> out_shape3(const at::Tensor& self, const Pool3d& p) {
-  return out_shape3(self, p.Do, p.Ho, p.Wo);
-}
-
-// An avg-pool3d window: [st, en) per dim clipped to the input, and its divisor
-// (0 when the window lies entirely in the padding).
-struct AvgWin3 {
-  int64_t st[3], en[3];
-  int64_t div;
-};
-AvgWin3 avg_window3(const Pool3d& p, const int64_t (&oi)[3], bool count_include_pad,
-                    std::optional<int64_t> divisor_override) {
-  const int64_t in[3] = {p.D, p.H, p.W};
-  AvgWin3 w{};
-  int64_t pool_size = 1, valid = 1;
-  for (int i = 0; i < 3; ++i) {
-    w.st[i] = oi[i] * p.s[i] - p.p[i];
-    w.en[i] = std::min(w.st[i] + p.k[i], in[i] + p.p[i]);
-    pool_size *= w.en[i] - w.st[i];
-    w.st[i] = std::max<int64_t>(w.st[i], 0);
-    w.en[i] = std::min(w.en[i], in[i]);
-    valid *= std::max<int64_t>(w.en[i] - w.st[i], 0);
-  }
-  w.div = valid == 0                     ? 0
-          : divisor_override.has_value() ? *divisor_override
-          : count_include_pad            ? pool_size
-                                         : valid;
-  return w;
-}
-
-// The input and output volumes of an adaptive 3-d pool; output_size checked.
-struct Adaptive3d {
-  int64_t planes = 0, in[3] = {0, 0, 0}, out[3] = {0, 0, 0};
-  int64_t vol() const { return in[0] * in[1] * in[2]; }
-  int64_t ovol() const { return out[0] * out[1] * out[2]; }
-};
-Adaptive3d make_adaptive3d(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
-                           bool allow_zero) {
-  make_pool3d(op, self, {1}, {}, {}, {}, false);  // rank, dtype and non-empty checks
-  ACME_CHECK(output_size.size() == 3, op, "output_size must have 3 values, got ", output_size);
-  Adaptive3d a;
-  for (int i = 0; i < 3; ++i) {
-    ACME_CHECK(allow_zero ? output_size[i] >= 0 : output_size[i] > 0, op, "output_size must be ",
-               allow_zero ? "non-negative" : "positive", ", got ", output_size);
-    a.in[i] = self.size(self.dim() - 3 + i);
-    a.out[i] = output_size[i];
-  }
-  a.planes = self.numel() / a.vol();
-  return a;
-}
-
-// Calls f(flat input offset) for every element of the adaptive window of output (od, oh, ow).
-template <class F>
-void for_adaptive_window(const Adaptive3d& a, int64_t od, int64_t oh, int64_t ow, F&& f) {
-  const int64_t o[3] = {od, oh, ow};
-  int64_t st[3], en[3];
-  for (int i = 0; i < 3; ++i) {
-    st[i] = ada_start(o[i], a.out[i], a.in[i]);
-    en[i] = ada_end(o[i], a.out[i], a.in[i]);
-  }
-  for (int64_t z = st[0]; z < en[0]; ++z)
-    for (int64_t y = st[1]; y < en[1]; ++y)
-      for (int64_t x = st[2]; x < en[2]; ++x) f((z * a.in[1] + y) * a.in[2] + x);
-}
-
-int64_t adaptive_window_size(const Adaptive3d& a, int64_t od, int64_t oh, int64_t ow) {
-  const int64_t o[3] = {od, oh, ow};
-  int64_t n = 1;
-  for (int i = 0; i < 3; ++i)
-    n *= ada_end(o[i], a.out[i], a.in[i]) - ada_start(o[i], a.out[i], a.in[i]);
-  return n;
-}
-
-}  // namespace
-
-::std::tuple<at::Tensor, at::Tensor> k_max_pool3d_with_indices(const at::Tensor& self,
-                                                               at::IntArrayRef kernel_size,
-                                                               at::IntArrayRef stride,
-                                                               at::IntArrayRef padding,
-                                                               at::IntArrayRef dilation,
-                                                               bool ceil_mode) {
-  const char* op = "max_pool3d_with_indices";
-  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, dilation, ceil_mode);
-  const auto shape = out_shape3(self, p);
-  at::Tensor out = at::empty(shape, self.options());
-  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
-  if (out.numel() == 0) return {out, idx};
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
-                     idx = cm::DeviceTensor(idx)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      int64_t* ip = idx.data_ptr<int64_t>();
-      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        const Acc* in = x.data() + pl * vol;
-        int64_t o = pl * ovol;
-        for (int64_t od = 0; od < p.Do; ++od)
-          for (int64_t oh = 0; oh < p.Ho; ++oh)
-            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-              Acc best = -std::numeric_limits<Acc>::infinity();
-              int64_t bi = -1;
-              bool nan_found = false;
-              for (int64_t a = 0; a < p.k[0] && !nan_found; ++a) {
-                const int64_t z = od * p.s[0] - p.p[0] + a * p.d[0];
-                if (z < 0 || z >= p.D) continue;
-                for (int64_t b = 0; b < p.k[1] && !nan_found; ++b) {
-                  const int64_t y = oh * p.s[1] - p.p[1] + b * p.d[1];
-                  if (y < 0 || y >= p.H) continue;
-                  for (int64_t c = 0; c < p.k[2]; ++c) {
-                    const int64_t xw = ow * p.s[2] - p.p[2] + c * p.d[2];
-                    if (xw < 0 || xw >= p.W) continue;
-                    const int64_t k = (z * p.H + y) * p.W + xw;
-                    const Acc v = in[k];
-                    if (bi < 0 || v > best || std::isnan(v)) {
-                      best = v;
-                      bi = k;
-                      if (std::isnan(v)) { nan_found = true; break; }
-                    }
-                  }
-                }
-              }
-              ob.data()[o] = best;
-              ip[o] = bi;
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return {out, idx};
-}
-
-at::Tensor k_avg_pool3d(const at::Tensor& self, at::IntArrayRef kernel_size,
-                        at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
-                        bool count_include_pad, ::std::optional<int64_t> divisor_override) {
-  const char* op = "avg_pool3d";
-  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, {}, ceil_mode);
-  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
-             "divisor must be not zero");
-  at::Tensor out = at::empty(out_shape3(self, p), self.options());
-  if (out.numel() == 0) return out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, p, count_include_pad, divisor_override, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        const Acc* src = x.data() + pl * vol;
-        int64_t o = pl * ovol;
-        for (int64_t od = 0; od < p.Do; ++od)
-          for (int64_t oh = 0; oh < p.Ho; ++oh)
-            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-              const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
-              if (w.div == 0) {
-                ob.data()[o] = Acc(0);
-                continue;
-              }
-              double sum = 0;
-              for (int64_t z = w.st[0]; z < w.en[0]; ++z)
-                for (int64_t y = w.st[1]; y < w.en[1]; ++y)
-                  for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw)
-                    sum += src[(z * p.H + y) * p.W + xw];
-              ob.data()[o] = static_cast<Acc>(sum / static_cast<double>(w.div));
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return out;
-}
-
-at::Tensor k_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
-                                 at::IntArrayRef kernel_size, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
-                                 ::std::optional<int64_t> divisor_override) {
-  const char* op = "avg_pool3d_backward";
-  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, {}, ceil_mode);
-  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
-             "divisor must be not zero");
-  const auto shape = out_shape3(self, p);
-  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(gi, [op, p, count_include_pad, divisor_override,
-                    grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
-      auto go = nn::load<Acc>(op, grad_output);
-      nn::OutBuf<Acc> ob(gi);
-      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      const int64_t vol = p.D * p.H * p.W, ovol = p.Do * p.Ho * p.Wo;
-      for (int64_t pl = 0; pl < p.planes; ++pl) {
-        Acc* g = ob.data() + pl * vol;
-        int64_t o = pl * ovol;
-        for (int64_t od = 0; od < p.Do; ++od)
-          for (int64_t oh = 0; oh < p.Ho; ++oh)
-            for (int64_t ow = 0; ow < p.Wo; ++ow, ++o) {
-              const AvgWin3 w = avg_window3(p, {od, oh, ow}, count_include_pad, divisor_override);
-              if (w.div == 0) continue;
-              const Acc v = go.data()[o] / Acc(w.div);
-              for (int64_t z = w.st[0]; z < w.en[0]; ++z)
-                for (int64_t y = w.st[1]; y < w.en[1]; ++y)
-                  for (int64_t xw = w.st[2]; xw < w.en[2]; ++xw) g[(z * p.H + y) * p.W + xw] += v;
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return gi;
-}
-
-at::Tensor k_max_pool3d_with_indices_backward(const at::Tensor& grad_output,
-                                              const at::Tensor& self,
-                                              at::IntArrayRef kernel_size,
-                                              at::IntArrayRef stride, at::IntArrayRef padding,
-                                              at::IntArrayRef dilation, bool ceil_mode,
-                                              const at::Tensor& indices) {
-  const char* op = "max_pool3d_with_indices_backward";
-  const Pool3d p = make_pool3d(op, self, kernel_size, stride, padding, dilation, ceil_mode);
-  const auto shape = out_shape3(self, p);
-  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
-  return scatter_grad_by_indices(op, grad_output, self, indices, p.D * p.H * p.W);
-}
-
-at::Tensor k__adaptive_avg_pool3d(const at::Tensor& self, at::IntArrayRef output_size) {
-  const char* op = "_adaptive_avg_pool3d";
-  const Adaptive3d a = make_adaptive3d(op, self, output_size, /*allow_zero=*/true);
-  at::Tensor out = at::empty(out_shape3(self, a.out[0], a.out[1], a.out[2]), self.options());
-  if (out.numel() == 0) return out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, a, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      int64_t o = 0;
-      for (int64_t pl = 0; pl < a.planes; ++pl) {
-        const Acc* src = x.data() + pl * a.vol();
-        for (int64_t od = 0; od < a.out[0]; ++od)
-          for (int64_t oh = 0; oh < a.out[1]; ++oh)
-            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-              Acc sum = 0;
-              for_adaptive_window(a, od, oh, ow, [&](int64_t k) { sum += src[k]; });
-              ob.data()[o] = sum / Acc(adaptive_window_size(a, od, oh, ow));
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return out;
-}
-
-at::Tensor k__adaptive_avg_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
-  const char* op = "_adaptive_avg_pool3d_backward";
-  ACME_CHECK_T(grad_output.dim() == self.dim() && self.dim() >= 3, op, grad_output,
-               "grad_output must have the rank of self");
-  const int64_t gd = grad_output.dim();
-  const Adaptive3d a = make_adaptive3d(
-      op, self, {grad_output.size(gd - 3), grad_output.size(gd - 2), grad_output.size(gd - 1)},
-      /*allow_zero=*/true);
-  at::Tensor gi = at::empty(self.sizes(), grad_output.options());
-  if (gi.numel() == 0) return gi;
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(gi, [op, a, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
-      auto go = nn::load<Acc>(op, grad_output);
-      nn::OutBuf<Acc> ob(gi);
-      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      int64_t o = 0;
-      for (int64_t pl = 0; pl < a.planes; ++pl) {
-        Acc* g = ob.data() + pl * a.vol();
-        for (int64_t od = 0; od < a.out[0]; ++od)
-          for (int64_t oh = 0; oh < a.out[1]; ++oh)
-            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-              const Acc v = go.data()[o] / Acc(adaptive_window_size(a, od, oh, ow));
-              for_adaptive_window(a, od, oh, ow, [&](int64_t k) { g[k] += v; });
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return gi;
-}
-
-::std::tuple<at::Tensor, at::Tensor> k_adaptive_max_pool3d(const at::Tensor& self,
-                                                           at::IntArrayRef output_size) {
-  const char* op = "adaptive_max_pool3d";
-  const Adaptive3d a = make_adaptive3d(op, self, output_size, /*allow_zero=*/false);
-  const auto shape = out_shape3(self, a.out[0], a.out[1], a.out[2]);
-  at::Tensor out = at::empty(shape, self.options());
-  at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
-  if (out.numel() == 0) return {out, idx};
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, a, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
-                     idx = cm::DeviceTensor(idx)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      int64_t* ip = idx.data_ptr<int64_t>();
-      int64_t o = 0;
-      for (int64_t pl = 0; pl < a.planes; ++pl) {
-        const Acc* src = x.data() + pl * a.vol();
-        for (int64_t od = 0; od < a.out[0]; ++od)
-          for (int64_t oh = 0; oh < a.out[1]; ++oh)
-            for (int64_t ow = 0; ow < a.out[2]; ++ow, ++o) {
-              Acc best = -std::numeric_limits<Acc>::infinity();
-              int64_t bi = -1;
-              bool nan_found = false;
-              // The first maximum (or the first NaN) wins, as on CPU.
-              for_adaptive_window(a, od, oh, ow, [&](int64_t k) {
-                if (nan_found) return;
-                const Acc v = src[k];
-                if (bi < 0 || v > best || std::isnan(v)) {
-                  best = v;
-                  bi = k;
-                  nan_found = std::isnan(v);
-                }
-              });
-              ob.data()[o] = best;
-              ip[o] = bi;
-            }
-      }
-      ob.finish(op);
-    });
-  });
-  return {out, idx};
+  return scatter_grad_by_indices(op, grad_output, self, indices, pool_input(op, self, 2).vol());
 }
 
 at::Tensor k_adaptive_max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                           const at::Tensor& indices) {
   const char* op = "adaptive_max_pool3d_backward";
-  make_pool3d(op, self, {1}, {}, {}, {}, false);  // rank, dtype and non-empty checks
-  const int64_t vol = self.size(-3) * self.size(-2) * self.size(-1);
-  return scatter_grad_by_indices(op, grad_output, self, indices, vol);
+  return scatter_grad_by_indices(op, grad_output, self, indices, pool_input(op, self, 3).vol());
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/args.h"
 #include "common/device.h"
 #include "kernels.h"
 #include "nn_buffers.h"
@@ -31,11 +32,6 @@ namespace acme::kernels {
 namespace {
 
 namespace cm = ::acme::common;
-
-const at::Tensor& opt(const std::optional<at::Tensor>& t) {
-  static const at::Tensor undefined;
-  return (t.has_value() && t->defined()) ? *t : undefined;
-}
 
 template <class Acc>
 inline Acc sigmoid(Acc x) {
@@ -104,8 +100,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const ::std::optional<at::Tensor>& input_bias_, const ::std::optional<at::Tensor>& hidden_bias_) {
   const char* op = "_thnn_fused_lstm_cell";
-  const at::Tensor& input_bias = opt(input_bias_);
-  const at::Tensor& hidden_bias = opt(hidden_bias_);
+  const at::Tensor& input_bias = cm::opt(input_bias_);
+  const at::Tensor& hidden_bias = cm::opt(hidden_bias_);
   const auto st = float_dtype(op, input_gates,
                               {{&input_gates, "input_gates"}, {&hidden_gates, "hidden_gates"},
                                {&cx, "cx"}, {&input_bias, "input_bias"},
@@ -168,8 +164,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const ::std::optional<at::Tensor>& grad_hy_, const ::std::optional<at::Tensor>& grad_cy_,
     const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
   const char* op = "_thnn_fused_lstm_cell_backward_impl";
-  const at::Tensor& grad_hy = opt(grad_hy_);
-  const at::Tensor& grad_cy = opt(grad_cy_);
+  const at::Tensor& grad_hy = cm::opt(grad_hy_);
+  const at::Tensor& grad_cy = cm::opt(grad_cy_);
   if (!grad_hy.defined() && !grad_cy.defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
   const auto st = float_dtype(op, workspace,
                               {{&grad_hy, "grad_hy"}, {&grad_cy, "grad_cy"}, {&cx, "cx"},
@@ -233,8 +229,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
     const ::std::optional<at::Tensor>& input_bias_, const ::std::optional<at::Tensor>& hidden_bias_) {
   const char* op = "_thnn_fused_gru_cell";
-  const at::Tensor& input_bias = opt(input_bias_);
-  const at::Tensor& hidden_bias = opt(hidden_bias_);
+  const at::Tensor& input_bias = cm::opt(input_bias_);
+  const at::Tensor& hidden_bias = cm::opt(hidden_bias_);
   const auto st = float_dtype(op, input_gates,
                               {{&input_gates, "input_gates"}, {&hidden_gates, "hidden_gates"},
                                {&hx, "hx"}, {&input_bias, "input_bias"},

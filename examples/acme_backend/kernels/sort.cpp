@@ -210,6 +210,25 @@ auto median_of(Line& line) {
   sort_line(line, false);
   return line[(line.size() - 1) / 2];
 }
+
+// median / nanmedian of all elements: `pick` selects over the one flat line;
+// an empty input gives NaN, as torch.
+template <class Pick>
+at::Tensor median_of_all(const char* op, const at::Tensor& self, Pick pick) {
+  if (self.numel() == 0) {
+    at::Tensor out = at::empty({}, self.options());
+    dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
+      using T = ACME_T(tag);
+      launch(out, [out = DeviceTensor(out)] {
+        *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
+      });
+    });
+    return out;
+  }
+  at::Tensor flat = at::empty({self.numel()}, self.options());
+  convert_into(op, flat.view(self.sizes()), self);
+  return std::get<0>(select_per_line(op, flat, 0, false, pick));
+}
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> k_kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim) {
@@ -228,21 +247,7 @@ std::tuple<at::Tensor, at::Tensor> k_median_dim(const at::Tensor& self, int64_t 
 }
 
 at::Tensor k_median(const at::Tensor& self) {
-  const char* op = "median";
-  if (self.numel() == 0) {
-    // torch returns NaN for an empty input
-    at::Tensor out = at::empty({}, self.options());
-    dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
-      launch(out, [out = DeviceTensor(out)] {
-        *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
-      });
-    });
-    return out;
-  }
-  at::Tensor flat = at::empty({self.numel()}, self.options());
-  convert_into(op, flat.view(self.sizes()), self);
-  return std::get<0>(select_per_line(op, flat, 0, false, [](auto& line) { return median_of(line); }));
+  return median_of_all("median", self, [](auto& line) { return median_of(line); });
 }
 
 namespace {
@@ -264,21 +269,7 @@ std::tuple<at::Tensor, at::Tensor> k_nanmedian_dim(const at::Tensor& self, int64
 }
 
 at::Tensor k_nanmedian(const at::Tensor& self) {
-  const char* op = "nanmedian";
-  if (self.numel() == 0) {
-    // torch returns NaN for an empty input
-    at::Tensor out = at::empty({}, self.options());
-    dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
-      launch(out, [out = DeviceTensor(out)] {
-        *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
-      });
-    });
-    return out;
-  }
-  at::Tensor flat = at::empty({self.numel()}, self.options());
-  convert_into(op, flat.view(self.sizes()), self);
-  return std::get<0>(select_per_line(op, flat, 0, false, [](auto& line) { return nanmedian_of(line); }));
+  return median_of_all("nanmedian", self, [](auto& line) { return nanmedian_of(line); });
 }
 
 namespace {

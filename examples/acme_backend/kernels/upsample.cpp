@@ -1,9 +1,7 @@
-// acme upsampling kernels: upsample_nearest2d, upsample_bilinear2d and
-// upsample_bicubic2d (plain and antialiased) with their backwards, on
-// (N, C, H, W) inputs; linear (1-d) and trilinear (3-d) with their backwards;
-// nearest and
-// nearest-exact in 1, 2 and 3 spatial dims (N, C, [D, [H,]] W) with their
-// backwards.
+// acme upsampling kernels, with their backwards: nearest and nearest-exact,
+// linear, bilinear and trilinear in 1, 2 and 3 spatial dims (N, C, [D, [H,]] W),
+// one implementation each for every number of dims; upsample_bicubic2d (plain and
+// antialiased) and the antialiased bilinear on (N, C, H, W).
 //
 // Source coordinates follow PyTorch's rules exactly (they decide which input
 // pixels an output pixel reads, so they must match bit for bit): an explicit
@@ -21,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace acme::kernels {
@@ -28,44 +27,57 @@ namespace {
 
 namespace cm = ::acme::common;
 
-void check_input(const char* op, const at::Tensor& t, const char* arg) {
-  nn::check_float(op, t);
-  ACME_CHECK_T(t.dim() == 4, op, t, "expected 4-d ", arg, " (N, C, H, W), got ", t.sizes());
-}
-
-void check_sizes(const char* op, at::IntArrayRef output_size) {
-  ACME_CHECK(output_size.size() == 2, op, "output_size must have 2 values, got ", output_size);
-  ACME_CHECK(output_size[0] > 0 && output_size[1] > 0, op,
-             "output_size must be positive, got ", output_size);
-}
-
-// The shapes of a 2-d upsample: input (N, C, H, W), output (N, C, Ho, Wo).
-struct Shape2d {
-  int64_t N, C, H, W, Ho, Wo;
+// The shapes of a resize of `spatial` (1 to 3) dims, checked: (N, C, *spatial)
+// seen as N * C planes of (D, H, W), the dims the op does not have of size 1.
+struct Resize {
+  int spatial = 0;
+  int64_t planes = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
 };
 
-// The checks every forward shares: a 4-d float input with non-empty H, W, two positive sizes.
-Shape2d forward_shape(const char* op, const at::Tensor& self, at::IntArrayRef output_size) {
-  check_input(op, self, "input");
-  check_sizes(op, output_size);
-  const Shape2d s{self.size(0), self.size(1), self.size(2), self.size(3), output_size[0],
-                  output_size[1]};
-  ACME_CHECK_T(s.H > 0 && s.W > 0, op, self, "input spatial size must be non-empty");
-  return s;
+Resize resize_shape(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
+                    size_t spatial) {
+  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
+             output_size);
+  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
+             in_sizes);
+  Resize r;
+  r.spatial = static_cast<int>(spatial);
+  r.planes = in_sizes[0] * in_sizes[1];
+  int64_t* in_d[3] = {&r.D, &r.H, &r.W};
+  int64_t* out_d[3] = {&r.Do, &r.Ho, &r.Wo};
+  for (size_t k = 0; k < spatial; ++k) {
+    const size_t slot = 3 - spatial + k;
+    const int64_t in = in_sizes[2 + k], out = output_size[k];
+    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
+               in_sizes, " and output ", output_size);
+    *in_d[slot] = in;
+    *out_d[slot] = out;
+  }
+  return r;
 }
 
-// ... and every backward: grad_output of the output's shape, input_size of 4 values.
-Shape2d backward_shape(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
-                       at::IntArrayRef input_size) {
-  check_input(op, grad_output, "grad_output");
-  check_sizes(op, output_size);
-  ACME_CHECK(input_size.size() == 4, op, "input_size must have 4 values, got ", input_size);
-  const Shape2d s{input_size[0], input_size[1], input_size[2], input_size[3], output_size[0],
-                  output_size[1]};
-  ACME_CHECK_T(grad_output.sizes().equals({s.N, s.C, s.Ho, s.Wo}), op, grad_output,
-               "grad_output has shape ", grad_output.sizes(), ", expected (", s.N, ", ", s.C,
-               ", ", s.Ho, ", ", s.Wo, ")");
-  return s;
+// (N, C, *output_size) for an input of sizes (N, C, ...).
+std::vector<int64_t> resized_shape(at::IntArrayRef in_sizes, at::IntArrayRef output_size) {
+  std::vector<int64_t> osz{in_sizes[0], in_sizes[1]};
+  osz.insert(osz.end(), output_size.begin(), output_size.end());
+  return osz;
+}
+
+// The forward's checks: a float input of `spatial` + 2 dims.
+Resize forward_resize(const char* op, const at::Tensor& self, at::IntArrayRef output_size, size_t spatial) {
+  nn::check_float(op, self);
+  return resize_shape(op, self.sizes(), output_size, spatial);
+}
+
+// The backward's: also grad_output of the output's shape.
+Resize backward_resize(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
+                       at::IntArrayRef input_size, size_t spatial) {
+  nn::check_float(op, grad_output);
+  const Resize r = resize_shape(op, input_size, output_size, spatial);
+  const auto osz = resized_shape(input_size, output_size);
+  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
+               grad_output.sizes(), ", expected ", osz);
+  return r;
 }
 
 // ---- nearest ----
@@ -223,9 +235,9 @@ void aa_pass(const AaMap<Acc>& m, const Acc* src, Acc* dst, int64_t lines, int64
 at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
                       bool align_corners, std::optional<double> scales_h,
                       std::optional<double> scales_w, AaFilter filter) {
-  const Shape2d s = forward_shape(op, self, output_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  const Resize r = forward_resize(op, self, output_size, 2);
+  const int64_t P = r.planes, H = r.H, W = r.W, Ho = r.Ho, Wo = r.Wo;
+  at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
@@ -233,11 +245,10 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
     AaMap<Acc> mw, mh;
     if (W != Wo) mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
     if (H != Ho) mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
-    cm::launch(out, [op, N, C, H, W, Ho, Wo, mw, mh, self = cm::DeviceTensor(self),
+    cm::launch(out, [op, P, H, W, Ho, Wo, mw, mh, self = cm::DeviceTensor(self),
                      out = cm::DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
-      const int64_t P = N * C;
       // along W first, then along H, as PyTorch; a dim whose size does not change
       // is copied, not resampled (PyTorch skips its pass)
       std::vector<Acc> mid;
@@ -264,20 +275,20 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
 at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
                        at::IntArrayRef input_size, bool align_corners,
                        std::optional<double> scales_h, std::optional<double> scales_w, AaFilter filter) {
-  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  const Resize r = backward_resize(op, grad_output, output_size, input_size, 2);
+  const int64_t P = r.planes, H = r.H, W = r.W, Ho = r.Ho, Wo = r.Wo;
+  at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
     const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
-    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+    cm::launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
                     gi = cm::DeviceTensor(gi)] {
       auto g = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < N * C; ++pl) {
+      for (int64_t pl = 0; pl < P; ++pl) {
         const Acc* src = g.data() + pl * Ho * Wo;
         Acc* d = ob.data() + pl * H * W;
         for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -304,19 +315,19 @@ at::Tensor k_upsample_bicubic2d(const at::Tensor& self, at::IntArrayRef output_s
                                 bool align_corners, ::std::optional<double> scales_h,
                                 ::std::optional<double> scales_w) {
   const char* op = "upsample_bicubic2d";
-  const Shape2d s = forward_shape(op, self, output_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
+  const Resize r = forward_resize(op, self, output_size, 2);
+  const int64_t P = r.planes, H = r.H, W = r.W, Ho = r.Ho, Wo = r.Wo;
+  at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
+    cm::launch(out, [op, P, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
                      out = cm::DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
-      for (int64_t pl = 0; pl < N * C; ++pl) {
+      for (int64_t pl = 0; pl < P; ++pl) {
         const Acc* in = x.data() + pl * H * W;
         Acc* o = ob.data() + pl * Ho * Wo;
         for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -344,20 +355,20 @@ at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
                                          bool align_corners, ::std::optional<double> scales_h,
                                          ::std::optional<double> scales_w) {
   const char* op = "upsample_bicubic2d_backward";
-  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
+  const Resize r = backward_resize(op, grad_output, output_size, input_size, 2);
+  const int64_t P = r.planes, H = r.H, W = r.W, Ho = r.Ho, Wo = r.Wo;
+  at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
+    cm::launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
                     gi = cm::DeviceTensor(gi)] {
       auto g = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < N * C; ++pl) {
+      for (int64_t pl = 0; pl < P; ++pl) {
         const Acc* src = g.data() + pl * Ho * Wo;
         Acc* d = ob.data() + pl * H * W;
         for (int64_t oh = 0; oh < Ho; ++oh) {
@@ -376,137 +387,11 @@ at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
   return gi;
 }
 
-at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_size,
-                                ::std::optional<double> scales_h,
-                                ::std::optional<double> scales_w) {
-  const char* op = "upsample_nearest2d";
-  const Shape2d s = forward_shape(op, self, output_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
-  if (out.numel() == 0) return out;
-  const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      for (int64_t pl = 0; pl < N * C; ++pl) {
-        const Acc* in = x.data() + pl * H * W;
-        Acc* o = ob.data() + pl * Ho * Wo;
-        for (int64_t oh = 0; oh < Ho; ++oh)
-          for (int64_t ow = 0; ow < Wo; ++ow) o[oh * Wo + ow] = in[mh[oh] * W + mw[ow]];
-      }
-      ob.finish(op);
-    });
-  });
-  return out;
-}
-
-at::Tensor k_upsample_nearest2d_backward(const at::Tensor& grad_output,
-                                         at::IntArrayRef output_size, at::IntArrayRef input_size,
-                                         ::std::optional<double> scales_h,
-                                         ::std::optional<double> scales_w) {
-  const char* op = "upsample_nearest2d_backward";
-  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
-  if (gi.numel() == 0) return gi;
-  const auto mh = nearest_map(H, Ho, scales_h), mw = nearest_map(W, Wo, scales_w);
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
-                    gi = cm::DeviceTensor(gi)] {
-      auto g = nn::load<Acc>(op, grad_output);
-      nn::OutBuf<Acc> ob(gi);
-      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < N * C; ++pl) {
-        const Acc* src = g.data() + pl * Ho * Wo;
-        Acc* dst = ob.data() + pl * H * W;
-        for (int64_t oh = 0; oh < Ho; ++oh)
-          for (int64_t ow = 0; ow < Wo; ++ow) dst[mh[oh] * W + mw[ow]] += src[oh * Wo + ow];
-      }
-      ob.finish(op);
-    });
-  });
-  return gi;
-}
-
-at::Tensor k_upsample_bilinear2d(const at::Tensor& self, at::IntArrayRef output_size,
-                                 bool align_corners, ::std::optional<double> scales_h,
-                                 ::std::optional<double> scales_w) {
-  const char* op = "upsample_bilinear2d";
-  const Shape2d s = forward_shape(op, self, output_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor out = at::empty({N, C, Ho, Wo}, self.options());
-  if (out.numel() == 0) return out;
-  nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
-    const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(out, [op, N, C, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
-      auto x = nn::load<Acc>(op, self);
-      nn::OutBuf<Acc> ob(out);
-      for (int64_t pl = 0; pl < N * C; ++pl) {
-        const Acc* in = x.data() + pl * H * W;
-        Acc* o = ob.data() + pl * Ho * Wo;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const auto& h = mh[oh];
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const auto& w = mw[ow];
-            o[oh * Wo + ow] = h.l0 * (w.l0 * in[h.i0 * W + w.i0] + w.l1 * in[h.i0 * W + w.i1]) +
-                              h.l1 * (w.l0 * in[h.i1 * W + w.i0] + w.l1 * in[h.i1 * W + w.i1]);
-          }
-        }
-      }
-      ob.finish(op);
-    });
-  });
-  return out;
-}
-
-at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
-                                          at::IntArrayRef output_size, at::IntArrayRef input_size,
-                                          bool align_corners, ::std::optional<double> scales_h,
-                                          ::std::optional<double> scales_w) {
-  const char* op = "upsample_bilinear2d_backward";
-  const Shape2d s = backward_shape(op, grad_output, output_size, input_size);
-  const int64_t N = s.N, C = s.C, H = s.H, W = s.W, Ho = s.Ho, Wo = s.Wo;
-  at::Tensor gi = at::empty({N, C, H, W}, grad_output.options());
-  if (gi.numel() == 0) return gi;
-  nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
-    const auto mh = linear_map<Acc>(H, Ho, align_corners, scales_h);
-    const auto mw = linear_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(gi, [op, N, C, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
-                    gi = cm::DeviceTensor(gi)] {
-      auto g = nn::load<Acc>(op, grad_output);
-      nn::OutBuf<Acc> ob(gi);
-      std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      for (int64_t pl = 0; pl < N * C; ++pl) {
-        const Acc* src = g.data() + pl * Ho * Wo;
-        Acc* d = ob.data() + pl * H * W;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const auto& h = mh[oh];
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const auto& w = mw[ow];
-            const Acc v = src[oh * Wo + ow];
-            d[h.i0 * W + w.i0] += h.l0 * w.l0 * v;
-            d[h.i0 * W + w.i1] += h.l0 * w.l1 * v;
-            d[h.i1 * W + w.i0] += h.l1 * w.l0 * v;
-            d[h.i1 * W + w.i1] += h.l1 * w.l1 * v;
-          }
-        }
-      }
-      ob.finish(op);
-    });
-  });
-  return gi;
-}
-
 namespace {
-// ---- nearest / nearest-exact in 1 to 3 spatial dims ----
+// ---- nearest, nearest-exact, linear, bilinear, trilinear: 1 to 3 spatial dims ----
+// One implementation each for (N, C, W), (N, C, H, W) and (N, C, D, H, W): the
+// loops run over the (D, H, W) of a Resize.
+
 // nearest-exact reads floor((dst + 0.5) * scale), plain nearest floor(dst * scale)
 // (with torch's integer shortcuts for equal and doubled sizes).
 std::vector<int64_t> nearest_exact_map(int64_t in, int64_t out, std::optional<double> scale) {
@@ -518,102 +403,108 @@ std::vector<int64_t> nearest_exact_map(int64_t in, int64_t out, std::optional<do
   return m;
 }
 
-// Planes and per-dim source maps of (N, C, D, H, W) with missing dims of size 1.
-struct NearestGeom {
-  int64_t planes = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
-  std::vector<int64_t> md{0}, mh{0}, mw{0};
+// The source of every output element of a nearest resize, within a plane: the
+// output row (od, oh) reads the input row starting at rows[od * Ho + oh], its
+// element ow the element cols[ow] of that row. (Per-row offsets keep the inner
+// loops short of live values: they run as fast as a 2-d-only loop.)
+struct NearestMaps {
+  std::vector<int64_t> rows, cols;
 };
 
-NearestGeom nearest_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
-                             const std::vector<std::optional<double>>& scales, bool exact) {
-  const size_t spatial = scales.size();
-  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
-             output_size);
-  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
-             in_sizes);
-  NearestGeom g;
-  g.planes = in_sizes[0] * in_sizes[1];
-  int64_t* in_d[3] = {&g.D, &g.H, &g.W};
-  int64_t* out_d[3] = {&g.Do, &g.Ho, &g.Wo};
-  std::vector<int64_t>* maps[3] = {&g.md, &g.mh, &g.mw};
-  for (size_t k = 0; k < spatial; ++k) {
-    const size_t slot = 3 - spatial + k;
-    const int64_t in = in_sizes[2 + k], out = output_size[k];
-    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
-               in_sizes, " and output ", output_size);
-    *in_d[slot] = in;
-    *out_d[slot] = out;
-    *maps[slot] = exact ? nearest_exact_map(in, out, scales[k]) : nearest_map(in, out, scales[k]);
-  }
-  return g;
+NearestMaps nearest_maps(const Resize& r, const std::vector<std::optional<double>>& scales, bool exact) {
+  const int64_t in[3] = {r.D, r.H, r.W}, out[3] = {r.Do, r.Ho, r.Wo};
+  std::vector<int64_t> maps[3] = {{0}, {0}, {0}};  // a missing dim reads index 0
+  for (int slot = 3 - r.spatial, k = 0; slot < 3; ++slot, ++k)
+    maps[slot] = exact ? nearest_exact_map(in[slot], out[slot], scales[k])
+                       : nearest_map(in[slot], out[slot], scales[k]);
+  NearestMaps m;
+  for (const int64_t id : maps[0])
+    for (const int64_t ih : maps[1]) m.rows.push_back((id * r.H + ih) * r.W);
+  m.cols = std::move(maps[2]);
+  return m;
 }
 
-// ---- linear (1-d) and trilinear (3-d), as bilinear per dim ----
-// Planes and per-dim linear maps of (N, C, D, H, W); a missing dim reads index 0
-// with weight 1.
+// Per-dim taps of a linear resize. A missing dim has no taps: the kernels below
+// do not interpolate along it at all (its weights 1 and 0 would turn an infinite
+// input into 0 * inf = NaN).
 template <class Acc>
-struct LinearGeom {
-  int64_t planes = 0, D = 1, H = 1, W = 1, Do = 1, Ho = 1, Wo = 1;
+struct LinearMaps {
   std::vector<Lin<Acc>> md{{0, 0, Acc(1), Acc(0)}}, mh{{0, 0, Acc(1), Acc(0)}}, mw{{0, 0, Acc(1), Acc(0)}};
 };
 
 template <class Acc>
-LinearGeom<Acc> linear_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
-                                bool align_corners, const std::vector<std::optional<double>>& scales) {
-  const size_t spatial = scales.size();
-  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
-             output_size);
-  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
-             in_sizes);
-  LinearGeom<Acc> g;
-  g.planes = in_sizes[0] * in_sizes[1];
-  int64_t* in_d[3] = {&g.D, &g.H, &g.W};
-  int64_t* out_d[3] = {&g.Do, &g.Ho, &g.Wo};
-  std::vector<Lin<Acc>>* maps[3] = {&g.md, &g.mh, &g.mw};
-  for (size_t k = 0; k < spatial; ++k) {
-    const size_t slot = 3 - spatial + k;
-    const int64_t in = in_sizes[2 + k], out = output_size[k];
-    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
-               in_sizes, " and output ", output_size);
-    *in_d[slot] = in;
-    *out_d[slot] = out;
-    *maps[slot] = linear_map<Acc>(in, out, align_corners, scales[k]);
+LinearMaps<Acc> linear_maps(const Resize& r, bool align_corners,
+                            const std::vector<std::optional<double>>& scales) {
+  LinearMaps<Acc> m;
+  const int64_t in[3] = {r.D, r.H, r.W}, out[3] = {r.Do, r.Ho, r.Wo};
+  std::vector<Lin<Acc>>* maps[3] = {&m.md, &m.mh, &m.mw};
+  for (int slot = 3 - r.spatial, k = 0; slot < 3; ++slot, ++k)
+    *maps[slot] = linear_map<Acc>(in[slot], out[slot], align_corners, scales[k]);
+  return m;
+}
+
+// Calls f(std::integral_constant<int, spatial>): the per-element code of the
+// linear kernels is compiled once per number of spatial dims.
+template <class F>
+void with_spatial_dims(int spatial, F&& f) {
+  switch (spatial) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    default: f(std::integral_constant<int, 3>{}); break;
   }
-  return g;
+}
+
+// One output value: interpolated along the first spatial dim, each of its two
+// taps along the next, and so on, as PyTorch (so the sums round the same way).
+template <int Dims, class Acc>
+inline Acc linear_at(const Acc* in, const Resize& r, const Lin<Acc>& d, const Lin<Acc>& h,
+                     const Lin<Acc>& w) {
+  auto row = [&](const Acc* p) { return w.l0 * p[w.i0] + w.l1 * p[w.i1]; };
+  auto plane = [&](const Acc* p) { return h.l0 * row(p + h.i0 * r.W) + h.l1 * row(p + h.i1 * r.W); };
+  if constexpr (Dims == 1) return row(in);
+  else if constexpr (Dims == 2) return plane(in);
+  else return d.l0 * plane(in + d.i0 * r.H * r.W) + d.l1 * plane(in + d.i1 * r.H * r.W);
+}
+
+// The adjoint: one output gradient v added to the taps it was read from, with
+// the weight products in PyTorch's order.
+template <int Dims, class Acc>
+inline void linear_add(Acc* in, const Resize& r, const Lin<Acc>& d, const Lin<Acc>& h, const Lin<Acc>& w,
+                       Acc v) {
+  const int64_t iw[2] = {w.i0, w.i1}, ih[2] = {h.i0, h.i1}, id[2] = {d.i0, d.i1};
+  const Acc lw[2] = {w.l0, w.l1}, lh[2] = {h.l0, h.l1}, ld[2] = {d.l0, d.l1};
+  if constexpr (Dims == 1) {
+    for (int c = 0; c < 2; ++c) in[iw[c]] += lw[c] * v;
+  } else if constexpr (Dims == 2) {
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c) in[ih[b] * r.W + iw[c]] += lh[b] * lw[c] * v;
+  } else {
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b)
+        for (int c = 0; c < 2; ++c) in[(id[a] * r.H + ih[b]) * r.W + iw[c]] += ld[a] * lh[b] * lw[c] * v;
+  }
 }
 
 at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef output_size, bool align_corners,
                      const std::vector<std::optional<double>>& scales) {
-  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
-  ACME_CHECK_T(self.dim() == static_cast<int64_t>(scales.size()) + 2, op, self, "expected ",
-               scales.size() + 2, "-d input (N, C, spatial...), got ", self.sizes());
-  std::vector<int64_t> osz{self.size(0), self.size(1)};
-  osz.insert(osz.end(), output_size.begin(), output_size.end());
-  ACME_CHECK(output_size.size() == scales.size(), op, "output_size must have ", scales.size(),
-             " values, got ", output_size);
-  at::Tensor out = at::empty(osz, self.options());
+  const Resize r = forward_resize(op, self, output_size, scales.size());
+  at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    const auto g = linear_geometry<Acc>(op, self.sizes(), output_size, align_corners, scales);
-    cm::launch(out, [op, g, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+    const auto m = linear_maps<Acc>(r, align_corners, scales);
+    cm::launch(out, [op, r, m, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
-      Acc* o = ob.data();
-      for (int64_t pl = 0; pl < g.planes; ++pl) {
-        const Acc* in = x.data() + pl * g.D * g.H * g.W;
-        for (const auto& d : g.md)
-          for (const auto& h : g.mh)
-            for (const auto& w : g.mw) {
-              auto row = [&](int64_t id, int64_t ih) {
-                const Acc* r = in + (id * g.H + ih) * g.W;
-                return w.l0 * r[w.i0] + w.l1 * r[w.i1];
-              };
-              *o++ = d.l0 * (h.l0 * row(d.i0, h.i0) + h.l1 * row(d.i0, h.i1)) +
-                     d.l1 * (h.l0 * row(d.i1, h.i0) + h.l1 * row(d.i1, h.i1));
-            }
-      }
+      with_spatial_dims(r.spatial, [&](auto dims) {
+        Acc* o = ob.data();
+        for (int64_t pl = 0; pl < r.planes; ++pl) {
+          const Acc* in = x.data() + pl * r.D * r.H * r.W;
+          for (const auto& d : m.md)
+            for (const auto& h : m.mh)
+              for (const auto& w : m.mw) *o++ = linear_at<decltype(dims)::value>(in, r, d, h, w);
+        }
+      });
       ob.finish(op);
     });
   });
@@ -623,38 +514,25 @@ at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef out
 at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
                               at::IntArrayRef input_size, bool align_corners,
                               const std::vector<std::optional<double>>& scales) {
-  if (!(cm::dtype_bit(grad_output.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, grad_output.device(), grad_output.scalar_type(), nn::kNNFloat);
-  ACME_CHECK(input_size.size() == scales.size() + 2, op, "input_size must have ", scales.size() + 2,
-             " values, got ", input_size);
-  std::vector<int64_t> osz{input_size[0], input_size[1]};
-  osz.insert(osz.end(), output_size.begin(), output_size.end());
-  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", osz);
+  const Resize r = backward_resize(op, grad_output, output_size, input_size, scales.size());
   at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    const auto g = linear_geometry<Acc>(op, input_size, output_size, align_corners, scales);
-    cm::launch(gi, [op, g, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    const auto m = linear_maps<Acc>(r, align_corners, scales);
+    cm::launch(gi, [op, r, m, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      const Acc* src = gr.data();
-      for (int64_t pl = 0; pl < g.planes; ++pl) {
-        Acc* dst = ob.data() + pl * g.D * g.H * g.W;
-        for (const auto& d : g.md)
-          for (const auto& h : g.mh)
-            for (const auto& w : g.mw) {
-              const Acc v = *src++;
-              const int64_t id[2] = {d.i0, d.i1}, ih[2] = {h.i0, h.i1}, iw[2] = {w.i0, w.i1};
-              const Acc ld[2] = {d.l0, d.l1}, lh[2] = {h.l0, h.l1}, lw[2] = {w.l0, w.l1};
-              for (int a = 0; a < 2; ++a)
-                for (int b = 0; b < 2; ++b)
-                  for (int c = 0; c < 2; ++c)
-                    dst[(id[a] * g.H + ih[b]) * g.W + iw[c]] += ld[a] * lh[b] * lw[c] * v;
-            }
-      }
+      with_spatial_dims(r.spatial, [&](auto dims) {
+        const Acc* src = gr.data();
+        for (int64_t pl = 0; pl < r.planes; ++pl) {
+          Acc* dst = ob.data() + pl * r.D * r.H * r.W;
+          for (const auto& d : m.md)
+            for (const auto& h : m.mh)
+              for (const auto& w : m.mw) linear_add<decltype(dims)::value>(dst, r, d, h, w, *src++);
+        }
+      });
       ob.finish(op);
     });
   });
@@ -663,24 +541,24 @@ at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at:
 
 at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef output_size,
                       const std::vector<std::optional<double>>& scales, bool exact) {
-  if (!(cm::dtype_bit(self.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, self.device(), self.scalar_type(), nn::kNNFloat);
-  const NearestGeom g = nearest_geometry(op, self.sizes(), output_size, scales, exact);
-  std::vector<int64_t> osz{self.size(0), self.size(1)};
-  osz.insert(osz.end(), output_size.begin(), output_size.end());
-  at::Tensor out = at::empty(osz, self.options());
+  const Resize r = forward_resize(op, self, output_size, scales.size());
+  at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
+  const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, g, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+    cm::launch(out, [op, r, m, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
+      const int64_t* cols = m.cols.data();
+      const int64_t Wo = r.Wo;
       Acc* o = ob.data();
-      for (int64_t pl = 0; pl < g.planes; ++pl) {
-        const Acc* in = x.data() + pl * g.D * g.H * g.W;
-        for (int64_t od = 0; od < g.Do; ++od)
-          for (int64_t oh = 0; oh < g.Ho; ++oh)
-            for (int64_t ow = 0; ow < g.Wo; ++ow) *o++ = in[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]];
+      for (int64_t pl = 0; pl < r.planes; ++pl) {
+        const Acc* in = x.data() + pl * r.D * r.H * r.W;
+        for (const int64_t row : m.rows) {
+          for (int64_t ow = 0; ow < Wo; ++ow) o[ow] = in[row + cols[ow]];
+          o += Wo;
+        }
       }
       ob.finish(op);
     });
@@ -691,27 +569,25 @@ at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef ou
 at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at::IntArrayRef output_size,
                                at::IntArrayRef input_size,
                                const std::vector<std::optional<double>>& scales, bool exact) {
-  if (!(cm::dtype_bit(grad_output.scalar_type()) & nn::kNNFloat))
-    cm::fail_dtype(op, grad_output.device(), grad_output.scalar_type(), nn::kNNFloat);
-  const NearestGeom g = nearest_geometry(op, input_size, output_size, scales, exact);
-  std::vector<int64_t> osz{input_size[0], input_size[1]};
-  osz.insert(osz.end(), output_size.begin(), output_size.end());
-  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
-               grad_output.sizes(), ", expected ", osz);
+  const Resize r = backward_resize(op, grad_output, output_size, input_size, scales.size());
   at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
+  const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, g, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    cm::launch(gi, [op, r, m, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
-      const Acc* src = gr.data();
-      for (int64_t pl = 0; pl < g.planes; ++pl) {
-        Acc* dst = ob.data() + pl * g.D * g.H * g.W;
-        for (int64_t od = 0; od < g.Do; ++od)
-          for (int64_t oh = 0; oh < g.Ho; ++oh)
-            for (int64_t ow = 0; ow < g.Wo; ++ow) dst[(g.md[od] * g.H + g.mh[oh]) * g.W + g.mw[ow]] += *src++;
+      const int64_t* cols = m.cols.data();
+      const int64_t Wo = r.Wo;
+      const Acc* g = gr.data();
+      for (int64_t pl = 0; pl < r.planes; ++pl) {
+        Acc* in = ob.data() + pl * r.D * r.H * r.W;
+        for (const int64_t row : m.rows) {
+          for (int64_t ow = 0; ow < Wo; ++ow) in[row + cols[ow]] += g[ow];
+          g += Wo;
+        }
       }
       ob.finish(op);
     });
@@ -719,6 +595,34 @@ at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at
   return gi;
 }
 }  // namespace
+
+at::Tensor k_upsample_nearest2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                ::std::optional<double> scales_h,
+                                ::std::optional<double> scales_w) {
+  return nearest_nd("upsample_nearest2d", self, output_size, {scales_h, scales_w}, false);
+}
+
+at::Tensor k_upsample_nearest2d_backward(const at::Tensor& grad_output,
+                                         at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                         ::std::optional<double> scales_h,
+                                         ::std::optional<double> scales_w) {
+  return nearest_nd_backward("upsample_nearest2d_backward", grad_output, output_size, input_size,
+                             {scales_h, scales_w}, false);
+}
+
+at::Tensor k_upsample_bilinear2d(const at::Tensor& self, at::IntArrayRef output_size,
+                                 bool align_corners, ::std::optional<double> scales_h,
+                                 ::std::optional<double> scales_w) {
+  return linear_nd("upsample_bilinear2d", self, output_size, align_corners, {scales_h, scales_w});
+}
+
+at::Tensor k_upsample_bilinear2d_backward(const at::Tensor& grad_output,
+                                          at::IntArrayRef output_size, at::IntArrayRef input_size,
+                                          bool align_corners, ::std::optional<double> scales_h,
+                                          ::std::optional<double> scales_w) {
+  return linear_nd_backward("upsample_bilinear2d_backward", grad_output, output_size, input_size,
+                            align_corners, {scales_h, scales_w});
+}
 
 at::Tensor k_upsample_nearest1d(const at::Tensor& self, at::IntArrayRef output_size,
                                 ::std::optional<double> scales) {

@@ -114,6 +114,17 @@ void apply_slices(const WNShape& s, Acc* out, F f) {
   });
 }
 
+// The checks forward and backward share: a float v, and g of v's dtype (CPU
+// reads g with v's element type) holding one value per slice.
+WNShape check_v_and_g(const char* op, const at::Tensor& v, const at::Tensor& g, int64_t dim,
+                      const char* g_name) {
+  nn::check_float(op, v);
+  const WNShape s = wn_shape(op, v, dim);
+  check_same_dtype(op, g, v, g_name);
+  check_per_slice(op, g, s, g_name);
+  return s;
+}
+
 // Queues zeros into `t` (the norms / grad_g of an empty v, as CPU's zero_()).
 void zero_on_device(const char* op, const at::Tensor& t) {
   if (t.numel() == 0) return;
@@ -128,11 +139,7 @@ void zero_on_device(const char* op, const at::Tensor& t) {
 ::std::tuple<at::Tensor, at::Tensor> k__weight_norm_interface(const at::Tensor& v,
                                                               const at::Tensor& g, int64_t dim) {
   const char* op = "_weight_norm_interface";
-  nn::check_float(op, v);
-  const WNShape s = wn_shape(op, v, dim);
-  // CPU reads g with v's element type
-  check_same_dtype(op, g, v, "g");
-  check_per_slice(op, g, s, "g");
+  const WNShape s = check_v_and_g(op, v, g, dim, "g");
   at::Tensor w = at::empty(v.sizes(), v.options());  // contiguous, as CPU's empty_like(Contiguous)
   // the norms take g's shape and strides (CPU: empty_strided like g), in
   // float32 for a float16/bfloat16 g
@@ -176,13 +183,10 @@ void zero_on_device(const char* op, const at::Tensor& t) {
     const at::Tensor& grad_w, const at::Tensor& saved_v, const at::Tensor& saved_g,
     const at::Tensor& saved_norms, int64_t dim) {
   const char* op = "_weight_norm_interface_backward";
-  nn::check_float(op, saved_v);
-  const WNShape s = wn_shape(op, saved_v, dim);
+  const WNShape s = check_v_and_g(op, saved_v, saved_g, dim, "saved_g");
   check_same_dtype(op, grad_w, saved_v, "grad_w");
-  check_same_dtype(op, saved_g, saved_v, "saved_g");
   ACME_CHECK_T(grad_w.sizes().equals(saved_v.sizes()), op, grad_w, "expected grad_w of v's shape ",
                saved_v.sizes(), ", got ", grad_w.sizes());
-  check_per_slice(op, saved_g, s, "saved_g");
   check_per_slice(op, saved_norms, s, "saved_norms");
   // the forward returns float32 norms for float16/bfloat16 (what CPU's kernel
   // requires there); v's own dtype is taken too

@@ -149,3 +149,21 @@ def test_topk_picks_among_ties_as_cpu(n, largest, sorted_, no_fallback):
     t = torch.randn(4, 6, 7, generator=g)
     for dim in (0, 1, 2):
         assert torch.equal(torch.topk(t.to(DEVICE), 3, dim=dim).indices.cpu(), torch.topk(t, 3, dim=dim).indices)
+
+
+@pytest.mark.parametrize("op", [torch.fmod, torch.remainder,
+                                lambda a, b: torch.div(a, b, rounding_mode="floor"),
+                                lambda a, b: torch.div(a, b, rounding_mode="trunc")],
+                         ids=["fmod", "remainder", "div_floor", "div_trunc"])
+def test_integer_division_by_a_zero_element_raises_like_cpu(op, no_fallback):
+    # The divisor is data: the device part raises, reported at the next sync. (It
+    # once set a host flag from the asynchronous device part: the check ran before
+    # the device did and the answer was a silent 0.)
+    a, b = torch.tensor([7, -7, 5]), torch.tensor([2, 0, 3])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(a, b)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(a.to(DEVICE), b.to(DEVICE)).cpu()
+    nz = torch.tensor([2, -3, 3])
+    cpu, dev = _both(op, a, nz)
+    assert torch.equal(dev, cpu)
