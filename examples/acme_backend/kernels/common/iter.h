@@ -134,32 +134,10 @@ class StridedIter {
 
   // Calls body(char* const* ptrs, const int64_t* strides_bytes, int64_t n) for
   // every innermost run; ptrs[k] points at operand k's first element of the run.
+  // The whole range of for_each_range: one walk to compile and keep correct.
   template <class F>
   void for_each(F&& body) const {
-    if (numel_ == 0) return;
-    char* ptrs[kMaxOperands];
-    for (int k = 0; k < nops_; ++k) ptrs[k] = base(k);
-    if (ndim_ == 0) {
-      const int64_t zero[kMaxOperands] = {0, 0, 0, 0, 0};
-      body(static_cast<char* const*>(ptrs), zero, int64_t(1));
-      return;
-    }
-    const int inner = ndim_ - 1;
-    int64_t s[kMaxOperands];
-    for (int k = 0; k < nops_; ++k) s[k] = stride_[k][inner];
-    const int64_t n = shape_[inner];
-    int64_t counter[kMaxDims] = {0};
-    while (true) {
-      body(static_cast<char* const*>(ptrs), static_cast<const int64_t*>(s), n);
-      int d = inner - 1;
-      for (; d >= 0; --d) {
-        for (int k = 0; k < nops_; ++k) ptrs[k] += stride_[k][d];
-        if (++counter[d] < shape_[d]) break;
-        for (int k = 0; k < nops_; ++k) ptrs[k] -= stride_[k][d] * shape_[d];
-        counter[d] = 0;
-      }
-      if (d < 0) return;
-    }
+    for_each_range(0, numel_, std::forward<F>(body));
   }
 
   // for_each restricted to the elements at linear positions [begin, end) of
