@@ -273,9 +273,9 @@ def falls_back(spec: OpSpec) -> bool:
 def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, spec: OpSpec,
                         op_dtypes) -> Wrapper:
     name = "wrapper_" + sig.kernel[2:]
-    no_cpu_kernel = not falls_back(spec)
+    cpu_fallback = falls_back(spec)
     tested = args_of_tested_dtype(spec, func)
-    route = _dtype_route(func, name, tested, op_dtypes, custom=no_cpu_kernel)
+    route = _dtype_route(func, name, tested, op_dtypes, custom=not cpu_fallback)
     body = [f"return kernels::{sig.kernel}({_use_moved_indices(func, sig.call_args)});"]
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
@@ -283,7 +283,7 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
         checks=_device_checks(func) + route,
         body=_annotated(body, func, spec, sig.kernel, op_dtypes, tested),
         kernel=sig, dtypes=tuple(op_dtypes), dtype_args=_routed_args(func, tested),
-        falls_back=not no_cpu_kernel,
+        falls_back=cpu_fallback,
     )
 
 
