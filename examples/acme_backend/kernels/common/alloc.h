@@ -89,53 +89,16 @@ inline at::Tensor alloc_output(const char* op, TensorList ins, c10::IntArrayRef 
   return at::empty(shape, opts);
 }
 
-// The device part of a conversion: out <- in over `it` (out first).
-template <class To, class From>
-inline void convert_loop(const StridedIter& it) {
-  map1<To, From>(it, [](From v) { return v; });
-}
-
 // out <- in with dtype conversion, queued on the stream; shapes must be
 // broadcast-compatible with out (out's shape is the iteration shape). Any
-// layout on either side.
-inline void convert_into(const char* op, const at::Tensor& out, const at::Tensor& in) {
-  if (out.numel() == 0) return;
-  StridedIter it(out.sizes());
-  it.add(out);
-  it.add(in);
-  it.build();
-  dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto to) {
-    using To = ACME_T(to);
-    dispatch<kAll>(op, in.device(), in.scalar_type(), [&](auto from) {
-      using From = ACME_T(from);
-      launch(out, [it] { convert_loop<To, From>(it); });
-    });
-  });
-}
+// layout on either side. Defined once, in copy.cpp: its 100 dtype-pair loops
+// would otherwise be compiled again in every kernel file that converts.
+void convert_into(const char* op, const at::Tensor& out, const at::Tensor& in);
 
 // `t` converted to dtype `st` (same device, contiguous), or `t` itself if it
 // already has that dtype. A CPU scalar stays a CPU scalar (converted on the
-// host, in its own memory).
-inline at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st) {
-  if (!t.defined() || t.scalar_type() == st) return t;
-  if (t.device().is_cpu()) {
-    // Wrapped Python numbers (0-dim): converted here, element by element as the
-    // device converts, without an aten::to (a copy_ the in-place tests count).
-    if (t.dim() != 0) return t.to(st);
-    at::Tensor out = at::empty({}, t.options().dtype(st));
-    dispatch<kAll>(op, out.device(), st, [&](auto to) {
-      using To = ACME_T(to);
-      dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto from) {
-        using From = ACME_T(from);
-        *static_cast<To*>(out.data_ptr()) = cvt<To>(*static_cast<const From*>(t.const_data_ptr()));
-      });
-    });
-    return out;
-  }
-  at::Tensor out = at::empty(t.sizes(), t.options().dtype(st));
-  convert_into(op, out, t);
-  return out;
-}
+// host, in its own memory). Defined in copy.cpp, as convert_into.
+at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st);
 
 // A CPU scalar or 1-element acme tensor as a Scalar (a tensor argument torch
 // treats as a value, e.g. masked_fill's). An acme tensor's value is copied to
