@@ -1,6 +1,6 @@
 """acme vs CPU, measured in the same run. Prints tables and writes JSON.
 
-    python benchmarks/bench_acme.py [--quick] [--only GROUP ...] [--json out.json]
+    python benchmarks/bench_acme.py [--quick | --smoke] [--only GROUP ...] [--json out.json]
 
 Groups: tiny (8-element ops), op (1M add, matmul, conv), pointwise (every
 pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps) -- all at
@@ -156,7 +156,7 @@ def host_time(fn, device: str, calls: int, repeats: int) -> float:
     return statistics.median(rounds)
 
 
-def host_syncs_per_step(device: str, quick: bool) -> list[dict]:
+def host_syncs_per_step(device: str, steps: int) -> list[dict]:
     """Host waits for the device in one train step, by reason (the steps call no
     .item(): every wait counted is one the backend chose)."""
     import torch_fl
@@ -165,7 +165,6 @@ def host_syncs_per_step(device: str, quick: bool) -> list[dict]:
     for name, step in train_steps(device).items():
         step()  # warm-up: first-touch allocations are not a step's cost
         torch.accelerator.synchronize()
-        steps = 2 if quick else 5
         with torch_fl.count_host_syncs() as waits:
             for _ in range(steps):
                 step()
@@ -184,21 +183,32 @@ GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 
 }
 
 
-def run(quick: bool, only: list[str] | None = None) -> list[dict]:
+# Rounds per length: (min seconds per round: index into GROUPS' pair or 0, repeats,
+# host_time (calls, repeats), train steps counted for host waits).
+LENGTHS = {
+    "full": (0, 5, (400, 5), 5),
+    "quick": (1, 3, (50, 3), 2),
+    # every workload once after its warm-up: proves the script runs, measures nothing
+    "smoke": (None, 1, (5, 1), 1),
+}
+
+
+def run(length: str, only: list[str] | None = None) -> list[dict]:
     device = "acme"
+    time_index, repeats, host_calls, _ = LENGTHS[length]
     default_threads = torch.get_num_threads()
     rows = []
     for kind, (make, times, threads) in GROUPS.items():
         if only and kind not in only:
             continue
-        min_time = times[1] if quick else times[0]
+        min_time = 0.0 if time_index is None else times[time_index]
         torch.set_num_threads(threads or default_threads)
         cpu_fns, dev_fns = make("cpu"), make(device)
         for name in cpu_fns:
             if kind == "host":
-                calls, repeats = (50, 3) if quick else (400, 5)
-                cpu_s = host_time(cpu_fns[name], "cpu", calls, repeats)
-                dev_s = host_time(dev_fns[name], device, calls, repeats)
+                calls, host_repeats = host_calls
+                cpu_s = host_time(cpu_fns[name], "cpu", calls, host_repeats)
+                dev_s = host_time(dev_fns[name], device, calls, host_repeats)
                 rows.append({"kind": kind, "name": f"host time: {name}", "cpu_s": cpu_s, "acme_s": dev_s,
                              "ratio": dev_s / cpu_s, "target": TARGETS.get(kind),
                              "threads": torch.get_num_threads()})
@@ -210,7 +220,7 @@ def run(quick: bool, only: list[str] | None = None) -> list[dict]:
             # land in the ratio.
             times = measure_interleaved({"cpu": (cpu_fns[name], "cpu"),
                                          device: (dev_fns[name], device)},
-                                        min_time, 3 if quick else 5)
+                                        min_time, repeats)
             cpu_s, dev_s = times["cpu"], times[device]
             rows.append({"kind": kind, "name": name, "cpu_s": cpu_s, "acme_s": dev_s,
                          "ratio": dev_s / cpu_s, "target": TARGETS.get(kind),
@@ -234,7 +244,10 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short rounds (smoke run)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--quick", action="store_true", help="short rounds")
+    length.add_argument("--smoke", action="store_true",
+                        help="every workload once: checks the script runs end to end (numbers meaningless)")
     parser.add_argument("--only", nargs="+", choices=list(GROUPS), help="run only these groups")
     parser.add_argument("--json", help="write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -244,11 +257,12 @@ def main(argv=None) -> int:
     import torch_fl_acme._C as native
 
     native.clear_fallback_log()
-    rows = run(args.quick, args.only)
+    length = "smoke" if args.smoke else "quick" if args.quick else "full"
+    rows = run(length, args.only)
     print(table(rows))
     syncs = []
     if not args.only or "train" in args.only or "train_mt" in args.only:
-        syncs = host_syncs_per_step("acme", args.quick)
+        syncs = host_syncs_per_step("acme", LENGTHS[length][3])
         print("\nhost waits for the device per train step (acme):")
         for r in syncs:
             reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(r["by_reason"].items())) or "none"

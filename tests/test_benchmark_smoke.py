@@ -10,9 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_benchmark_quick_run_reports_every_row(tmp_path, acme_backend):
+def test_benchmark_smoke_run_reports_every_row(tmp_path, acme_backend):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_acme.py"), "--quick",
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_acme.py"), "--smoke",
                            "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
