@@ -3,7 +3,9 @@
     python benchmarks/bench_acme.py [--quick | --smoke] [--only GROUP ...] [--json out.json]
 
 Groups: tiny (8-element ops), op (1M add, matmul, conv), pointwise (every
-pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps) -- all at
+pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps), models
+(a training step of each of the real-model set: torchvision, timm,
+transformers, diffusers and torch.nn architectures nobody here wrote) -- all at
 one intra-op thread, `torch.set_num_threads(1)`, which also makes acme use one
 compute unit -- train_mt (the train steps at the default thread count:
 CPU's intra-op threads against acme's compute units), and host (the asynchronous
@@ -32,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import measure_interleaved  # noqa: E402
 
-TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.5}
+TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.5, "models": 1.5}
 N = 1 << 20
 
 
@@ -126,6 +128,51 @@ def train_steps(device):
             "GPT train step (8x32 tokens, AdamW)": gpt_step}
 
 
+# The real-model set: one architecture per family of the real-model suite
+# (examples/acme_backend/tests/real_model_zoo.py: built from configs with random
+# weights, small inputs), the families a user's model most likely resembles.
+REAL_MODELS = ("tv-resnet18", "tv-mobilenet_v3_small", "timm-deit_tiny", "hf-gpt2", "hf-bert",
+               "hf-llama", "nn-lstm", "diffusers-unet2d")
+ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "examples", "acme_backend",
+                       "tests")
+
+
+def _batch_to(batch, device):
+    if isinstance(batch, dict):
+        return {k: _batch_to(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_batch_to(v, device) for v in batch)
+    return batch.to(device)
+
+
+def real_model_steps(device):
+    """One SGD-momentum training step of each model of REAL_MODELS on `device`
+    (dropout off, as in the real-model suite). A model whose package is not
+    installed is left out, and said so."""
+    if ZOO_DIR not in sys.path:
+        sys.path.insert(0, ZOO_DIR)
+    import real_model_zoo as zoo
+
+    steps = {}
+    for name in REAL_MODELS:
+        case = zoo.CASES[name]
+        try:
+            model = zoo.make_model(case).to(device)
+        except ImportError as e:
+            print(f"  {name}: left out ({e})", file=sys.stderr)
+            continue
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        batch = _batch_to(case.batch(), device)
+
+        def step(model=model, opt=opt, batch=batch, loss=case.loss):
+            opt.zero_grad()
+            loss(model, batch).backward()
+            opt.step()
+
+        steps[f"{name} train step"] = step
+    return steps
+
+
 def host_ops(device):
     """Ops whose host time is measured (see host_time)."""
     ops = tiny_ops(device)
@@ -156,13 +203,17 @@ def host_time(fn, device: str, calls: int, repeats: int) -> float:
     return statistics.median(rounds)
 
 
-def host_syncs_per_step(device: str, steps: int) -> list[dict]:
-    """Host waits for the device in one train step, by reason (the steps call no
-    .item(): every wait counted is one the backend chose)."""
+def host_syncs_per_step(device: str, steps: int, models: bool) -> list[dict]:
+    """Host waits for the device in one train step, by reason (the GPT and ResNet
+    steps call no .item(): every wait counted there is one the backend chose; a
+    real model's own code may ask for a value, e.g. a loss that reads a tensor)."""
     import torch_fl
 
     rows = []
-    for name, step in train_steps(device).items():
+    workloads = dict(train_steps(device))
+    if models:
+        workloads.update(real_model_steps(device))
+    for name, step in workloads.items():
         step()  # warm-up: first-touch allocations are not a step's cost
         torch.accelerator.synchronize()
         with torch_fl.count_host_syncs() as waits:
@@ -180,6 +231,7 @@ GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 
     "train": (train_steps, (2.0, 0.2), 1),
     "train_mt": (train_steps, (2.0, 0.3), None),
     "host": (host_ops, (None, None), 1),  # host_time(): counted in calls, not seconds
+    "models": (real_model_steps, (1.0, 0.1), 1),
 }
 
 
@@ -261,8 +313,9 @@ def main(argv=None) -> int:
     rows = run(length, args.only)
     print(table(rows))
     syncs = []
-    if not args.only or "train" in args.only or "train_mt" in args.only:
-        syncs = host_syncs_per_step("acme", LENGTHS[length][3])
+    if not args.only or {"train", "train_mt", "models"} & set(args.only):
+        syncs = host_syncs_per_step("acme", LENGTHS[length][3],
+                                    models=not args.only or "models" in args.only)
         print("\nhost waits for the device per train step (acme):")
         for r in syncs:
             reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(r["by_reason"].items())) or "none"

@@ -18,12 +18,14 @@ def test_benchmark_smoke_run_reports_every_row(tmp_path, acme_backend):
     rows = json.loads(out.read_text())["rows"]
     names = {r["name"] for r in rows}
     assert {"add (8 elems)", "matmul 1024x1024", "ResNet-18 train step (8x3x32x32, SGD)", "sin",
-            "gelu"} <= names
-    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host"}
+            "gelu", "hf-gpt2 train step", "tv-resnet18 train step"} <= names
+    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host", "models"}
     assert all(r["cpu_s"] > 0 and r["acme_s"] > 0 for r in rows)
-    # The asynchronous picture: host waits per train step, by reason, for both models.
-    syncs = json.loads(out.read_text())["host_syncs"]
-    assert len(syncs) == 2 and all(r["syncs_per_step"] >= 0 for r in syncs), syncs
+    # The asynchronous picture: host waits per train step, by reason, for the two
+    # train steps and the real-model set.
+    syncs = {r["name"]: r for r in json.loads(out.read_text())["host_syncs"]}
+    assert {"GPT train step (8x32 tokens, AdamW)", "hf-llama train step"} <= set(syncs), syncs
+    assert all(r["syncs_per_step"] >= 0 for r in syncs.values()), syncs
     assert "host waits for the device per train step" in proc.stdout
     assert all(r["threads"] == 1 for r in rows if r["kind"] != "train_mt")
     assert "| group | benchmark | threads | CPU | acme |" in proc.stdout
