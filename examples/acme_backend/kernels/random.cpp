@@ -62,6 +62,30 @@ struct Bits {
   uint64_t u64() const { return (static_cast<uint64_t>(w[0]) << 32) | w[1]; }
 };
 
+// Uniform floats in [0, 1) for counters i = 0, 1, 2, ...: counter i takes word
+// i % 4 of the Philox block i / 4, so one Philox call (10 rounds) serves four
+// elements instead of one (dropout's mask is most of a GPT step's device time
+// otherwise). The value of counter i depends on the key and i only: any split
+// over compute units draws the same numbers. Walk counters in increasing order
+// for the cache to help.
+class UniformFloats {
+ public:
+  explicit UniformFloats(uint64_t key) : key_(key) {}
+  float at(int64_t i) {
+    const int64_t block = i >> 2;
+    if (block != block_) {
+      bits_ = Bits(key_, static_cast<uint64_t>(block));
+      block_ = block;
+    }
+    return bits_.uniform_float(static_cast<int>(i & 3));
+  }
+
+ private:
+  uint64_t key_;
+  int64_t block_ = -1;
+  Bits bits_{0, 0};
+};
+
 // Device part: writes f(i) to every element of `self`, i its position in the
 // iterator's order, split over the compute units (f is pure).
 template <class T, class F>
@@ -367,12 +391,12 @@ std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, dou
     launch(out, [it, key, active, keep, sc = static_cast<M>(scale)] {
       parallel_for(it.numel(), kGrainHeavy, [&](int64_t begin, int64_t end) {
         int64_t i = begin;
+        UniformFloats uniform(key);
         it.for_each_range(begin, end, [&](char* const* ptr, const int64_t* s, int64_t n) {
           for (int64_t j = 0; j < n; ++j, ++i) {
             const M x = static_cast<M>(*reinterpret_cast<const T*>(ptr[2] + j * s[2]));
             // eval mode (or p == 0): identity with an all-true mask
-            const bool k = !active || (keep > 0.0 && Bits(key, static_cast<uint64_t>(i)).uniform_float() <
-                                                         static_cast<float>(keep));
+            const bool k = !active || (keep > 0.0 && uniform.at(i) < static_cast<float>(keep));
             *reinterpret_cast<bool*>(ptr[1] + j * s[1]) = k;
             *reinterpret_cast<T*>(ptr[0] + j * s[0]) = cvt<T>(!active ? x : (k ? x * sc : M(0)));
           }
