@@ -12,11 +12,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "gemm.h"
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/gemm.h"
+#include "common/nn_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
 
 #include <array>
 #include <cmath>

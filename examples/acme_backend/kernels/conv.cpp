@@ -18,9 +18,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "gemm.h"
+#include "common/dense.h"
+#include "common/gemm.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <array>
 #include <cstring>

@@ -26,9 +26,9 @@
 #include <ATen/ops/empty.h>
 
 #include "common/alloc.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,10 +12,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/iter.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <limits>

@@ -26,10 +26,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/parallel.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <array>
 #include <cmath>

@@ -9,9 +9,9 @@
 #include <ATen/ops/empty.h>
 
 #include "common/common.h"
-#include "gemm.h"
+#include "common/dense.h"
+#include "common/gemm.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <vector>

@@ -10,10 +10,10 @@
 
 #include "common/alloc.h"
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/iter.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,10 +13,10 @@
 #include <ATen/ops/empty.h>
 
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/nn_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
 
 #include <array>
 #include <cmath>

@@ -19,9 +19,9 @@
 #include <ATen/ops/empty.h>
 
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <optional>

@@ -9,12 +9,12 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/nn_math.h"
 #include "common/parallel.h"
+#include "common/vec_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
-#include "vec_math.h"
 
 #include <cmath>
 #include <limits>

@@ -11,10 +11,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "common/device.h"
-#include "common/dtype.h"
-#include "common/errors.h"
-#include "common/iter.h"
+#include "device.h"
+#include "dtype.h"
+#include "errors.h"
+#include "iter.h"
 
 #include <cstdint>
 #include <type_traits>
