@@ -9,8 +9,8 @@
 #include <tuple>
 #include <type_traits>
 
-#include "nn_math.h"
-#include "vec_tensor.h"
+#include "common/nn_math.h"
+#include "common/vec_tensor.h"
 
 namespace acme::kernels {
 using namespace acme::common;

@@ -12,11 +12,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "gemm.h"
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/gemm.h"
+#include "common/nn_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
 
 #include <array>
 #include <cmath>
@@ -26,9 +26,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 using nn::Mat;
 
 struct AttnShape {
@@ -58,16 +58,16 @@ bool has_bias(const Tensor& b) { return b.defined() && b.numel() > 0; }
 // Additive bias broadcast to (B, H, L, S) as a dense Acc array; a bool mask
 // becomes 0 (keep) / -inf (drop). Device part.
 template <class Acc>
-std::vector<Acc> load_bias(const char* op, const cm::DeviceTensor& bias, const AttnShape& s) {
+std::vector<Acc> load_bias(const char* op, const DeviceTensor& bias, const AttnShape& s) {
   const std::vector<int64_t> shape{s.B, s.H, s.L, s.S};
   std::vector<Acc> out(static_cast<size_t>(s.B * s.H * s.L * s.S));
   if (bias.scalar_type() == c10::ScalarType::Bool) {
     const auto st = nn::contiguous_strides(shape);
-    cm::StridedIter it(shape);
+    StridedIter it(shape);
     it.add_strided(reinterpret_cast<char*>(out.data()), shape, st, sizeof(Acc));
     it.add(bias);
     it.build();
-    cm::map1<Acc, bool>(it, [](bool keep) {
+    map1<Acc, bool>(it, [](bool keep) {
       return keep ? Acc(0) : -std::numeric_limits<Acc>::infinity();
     });
   } else {
@@ -120,10 +120,10 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
   if (s.B * s.H * s.L > 0) {
     nn::dispatch_compute(op, query, [&](auto tag) {
       using Acc = ACME_T(tag);
-      cm::launch(out, [op, s, sc, is_causal, query = cm::DeviceTensor(query),
-                       key = cm::DeviceTensor(key), value = cm::DeviceTensor(value),
-                       bias = cm::DeviceTensor(bias), out = cm::DeviceTensor(out),
-                       lse = cm::DeviceTensor(lse)] {
+      launch(out, [op, s, sc, is_causal, query = DeviceTensor(query),
+                   key = DeviceTensor(key), value = DeviceTensor(value),
+                   bias = DeviceTensor(bias), out = DeviceTensor(out),
+                   lse = DeviceTensor(lse)] {
       auto q = nn::load<Acc>(op, query);
       auto k = nn::load<Acc>(op, key);
       auto v = nn::load<Acc>(op, value);
@@ -162,7 +162,7 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
     // no keys: every row is fully masked
     nn::dispatch_compute(op, query, [&](auto tag) {
       using Acc = ACME_T(tag);
-      cm::launch(out, [op, out = cm::DeviceTensor(out)] {
+      launch(out, [op, out = DeviceTensor(out)] {
         std::vector<Acc> z(static_cast<size_t>(out.numel()), Acc(0));
         nn::store<Acc>(op, z.data(), out);
       });
@@ -206,12 +206,12 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
   const at::Tensor& on = query;
   nn::dispatch_compute(op, query, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(on, [op, s, sc, is_causal, bias_on, want_gb, query = cm::DeviceTensor(query),
-                    key = cm::DeviceTensor(key), value = cm::DeviceTensor(value),
-                    out = cm::DeviceTensor(out), grad_out = cm::DeviceTensor(grad_out),
-                    logsumexp = cm::DeviceTensor(logsumexp), attn_bias = cm::DeviceTensor(attn_bias),
-                    gq = cm::DeviceTensor(gq), gk = cm::DeviceTensor(gk), gv = cm::DeviceTensor(gv),
-                    gb = cm::DeviceTensor(gb)] {
+    launch(on, [op, s, sc, is_causal, bias_on, want_gb, query = DeviceTensor(query),
+                key = DeviceTensor(key), value = DeviceTensor(value),
+                out = DeviceTensor(out), grad_out = DeviceTensor(grad_out),
+                logsumexp = DeviceTensor(logsumexp), attn_bias = DeviceTensor(attn_bias),
+                gq = DeviceTensor(gq), gk = DeviceTensor(gk), gv = DeviceTensor(gv),
+                gb = DeviceTensor(gb)] {
     auto q = nn::load<Acc>(op, query);
     auto k = nn::load<Acc>(op, key);
     auto v = nn::load<Acc>(op, value);

@@ -2,7 +2,7 @@
 // pow, min/max, modulo, bitwise. Inputs broadcast and promote as in torch;
 // CPU 0-dim tensors (wrapped Python scalars) are read on the host.
 #include "common/common.h"
-#include "vec_tensor.h"
+#include "common/vec_tensor.h"
 
 #include "kernels.h"
 

@@ -18,9 +18,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "gemm.h"
+#include "common/dense.h"
+#include "common/gemm.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <array>
 #include <cstring>
@@ -29,9 +29,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 using nn::Mat;
 
 struct ConvGeom {
@@ -110,8 +110,8 @@ template <class F>
 void for_each_image_channel(const ConvGeom& g, const ColumnLayout& l, F&& f) {
   const int64_t Cg = g.Cg();
   const int64_t per_channel = std::max<int64_t>(1, g.kd * g.kh * g.kw * g.P());
-  cm::parallel_for(l.nb * Cg, std::max<int64_t>(1, cm::kGrainCheap / per_channel),
-                   [&](int64_t i0, int64_t i1) {
+  parallel_for(l.nb * Cg, std::max<int64_t>(1, kGrainCheap / per_channel),
+               [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) f(i / Cg, i % Cg);
   });
 }
@@ -334,7 +334,7 @@ void for_blocks(const ConvGeom& g, const ConvBlocks& b, int64_t b0, int64_t b1, 
 // disjoint images of the output (forward, input gradient).
 template <class T, class F>
 void for_each_block_group(const ConvGeom& g, const ConvBlocks& b, F&& f) {
-  cm::parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
+  parallel_for(b.count, b.grain, [&](int64_t b0, int64_t b1) {
     for_blocks<T>(g, b, b0, b1, [&](int64_t n0, int64_t nb, T* col, T* tmp) {
       for (int64_t grp = 0; grp < g.G; ++grp) f(n0, nb, grp, col, tmp);
     });
@@ -424,7 +424,7 @@ void conv_bwd_weight(const char* op, const ConvGeom& g, const T* big, const T* s
   // Each chunk sums its blocks into a partial gradient of its own; the
   // partials are added in chunk order (parallel_reduce), so the rounding
   // follows the cut, not which unit ran which chunk.
-  const std::vector<T> sum = cm::parallel_reduce(
+  const std::vector<T> sum = parallel_reduce(
       b.count, b.grain, std::vector<T>(),
       [&](int64_t b0, int64_t b1) {
         std::vector<T> part(static_cast<size_t>(size));
@@ -500,8 +500,8 @@ void for_live_taps(const ConvGeom& g, const LiveTaps& t, F&& f) {
       for (int64_t x = t.lo[2]; x < t.hi[2]; ++x) offsets.push_back((z * g.kh + y) * g.kw + x);
   const int64_t taps = static_cast<int64_t>(offsets.size());
   const int64_t per_pair = g.kd * g.kh * g.kw;  // the weight elements a pair spans
-  cm::parallel_for(g.O * g.Cg(), std::max<int64_t>(1, cm::kGrainCheap / per_pair),
-                   [&](int64_t oc0, int64_t oc1) {
+  parallel_for(g.O * g.Cg(), std::max<int64_t>(1, kGrainCheap / per_pair),
+               [&](int64_t oc0, int64_t oc1) {
     for (int64_t oc = oc0; oc < oc1; ++oc)
       for (int64_t i = 0; i < taps; ++i) f(oc * per_pair + offsets[i], oc * taps + i);
   });
@@ -552,15 +552,15 @@ void conv_bwd_weight_live(const char* op, const ConvGeom& g, const T* big, const
   std::vector<T> gl(static_cast<size_t>(g.O * r.K()));
   conv_bwd_weight<T>(op, r, big, small, gl.data());
   // Dead taps: sums of products with padding, zero.
-  cm::parallel_for(size, cm::kGrainCheap,
-                   [&](int64_t i0, int64_t i1) { std::fill(gw + i0, gw + i1, T(0)); });
+  parallel_for(size, kGrainCheap,
+               [&](int64_t i0, int64_t i1) { std::fill(gw + i0, gw + i1, T(0)); });
   for_live_taps(g, t, [&](int64_t full, int64_t live) { gw[full] = gl[live]; });
 }
 
 void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
   nn::check_float(op, t);
   ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
-               "' to have the dtype of input (", cm::dtype_name(ref.scalar_type()), ")");
+               "' to have the dtype of input (", dtype_name(ref.scalar_type()), ")");
 }
 
 // What forward and backward check alike: a 1-, 2- or 3-d convolution (3- to 5-d
@@ -676,10 +676,10 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, g, transposed, has_bias, outC, oD, oH, oW, in5 = cm::DeviceTensor(in5),
-                     w5 = cm::DeviceTensor(w5),
-                     bias = has_bias ? cm::DeviceTensor(*bias) : cm::DeviceTensor(),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, g, transposed, has_bias, outC, oD, oH, oW, in5 = DeviceTensor(in5),
+                 w5 = DeviceTensor(w5),
+                 bias = has_bias ? DeviceTensor(*bias) : DeviceTensor(),
+                 out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, in5);
       auto w = nn::load<Acc>(op, w5);
       nn::OutBuf<Acc> ob(out);
@@ -735,10 +735,10 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     using Acc = ACME_T(tag);
     // One device part for the three gradients: they share the staged grad_output.
     // An output not asked for is an undefined DeviceTensor (never reached).
-    cm::launch(input, [op, g, transposed, output_mask, in5 = cm::DeviceTensor(in5),
-                       w5 = cm::DeviceTensor(w5), go5 = cm::DeviceTensor(go5),
-                       gi = cm::DeviceTensor(gi), gw = cm::DeviceTensor(gw),
-                       gb = cm::DeviceTensor(gb)] {
+    launch(input, [op, g, transposed, output_mask, in5 = DeviceTensor(in5),
+                   w5 = DeviceTensor(w5), go5 = DeviceTensor(go5),
+                   gi = DeviceTensor(gi), gw = DeviceTensor(gw),
+                   gb = DeviceTensor(gb)] {
       auto go = nn::load<Acc>(op, go5);
       const bool empty_k = g.K() == 0;
       if (output_mask[0] && gi.numel() > 0) {
@@ -829,7 +829,7 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, g, x4 = cm::DeviceTensor(x4), out = cm::DeviceTensor(out)] {
+    launch(out, [op, g, x4 = DeviceTensor(x4), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, x4);
       nn::OutBuf<Acc> ob(out);
       im2col(g, x.data(), ob.data(), per_image_layout(g));
@@ -863,7 +863,7 @@ at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, g, c3 = cm::DeviceTensor(c3), out = cm::DeviceTensor(out)] {
+    launch(out, [op, g, c3 = DeviceTensor(c3), out = DeviceTensor(out)] {
       auto c = nn::load<Acc>(op, c3);
       nn::OutBuf<Acc> ob(out);
       col2im(g, c.data(), ob.data(), per_image_layout(g));

@@ -26,9 +26,9 @@
 #include <ATen/ops/empty.h>
 
 #include "common/alloc.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,9 +37,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 // What the host part works out from the arguments and the lengths, for the
 // device part: sizes, per-sequence lengths and where each target sequence
@@ -120,9 +120,9 @@ std::vector<int64_t> lengths_on_host(const char* op, const at::Tensor& t, const 
     out[0] = t.item<int64_t>();
     return out;
   }
-  at::Tensor l = cm::cast(op, t, c10::ScalarType::Long);
+  at::Tensor l = cast(op, t, c10::ScalarType::Long);
   if (!l.is_contiguous()) l = l.contiguous();
-  cm::read_on_host(op, l, l.const_data_ptr(), out.data(), out.size());
+  read_on_host(op, l, l.const_data_ptr(), out.data(), out.size());
   return out;
 }
 
@@ -160,7 +160,7 @@ void ctc_forward(const char* op, const CtcPlan& p, const Acc* lp, const Tgt* tg,
                  Acc* nll) {
   constexpr Acc neginf = -std::numeric_limits<Acc>::infinity();
   const int64_t T = p.T, N = p.N, C = p.C, W = 2 * p.max_target + 1;
-  cm::parallel_for(N, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(N, 1, [&](int64_t b0, int64_t b1) {
     std::vector<int64_t> ext;
     for (int64_t b = b0; b < b1; ++b) {
       extended_target(op, p, tg, b, ext);
@@ -207,7 +207,7 @@ void ctc_backward(const char* op, const CtcPlan& p, int64_t W, bool zero_infinit
                   const Acc* alpha, Acc* grad) {
   constexpr Acc neginf = -std::numeric_limits<Acc>::infinity();
   const int64_t T = p.T, N = p.N, C = p.C;
-  cm::parallel_for(N, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(N, 1, [&](int64_t b0, int64_t b1) {
     std::vector<int64_t> ext;
     std::vector<Acc> beta;
     for (int64_t b = b0; b < b1; ++b) {
@@ -274,9 +274,9 @@ void ctc_backward(const char* op, const CtcPlan& p, int64_t W, bool zero_infinit
 // type (acme's dtype error naming op, device and dtype otherwise).
 template <class F>
 void dispatch_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& targets, F&& f) {
-  cm::dispatch<cm::kF32 | cm::kF64>(op, log_probs.device(), log_probs.scalar_type(), [&](auto acc) {
-    cm::dispatch<cm::kI64 | cm::kI32>(op, targets.device(), targets.scalar_type(),
-                                      [&](auto tgt) { f(acc, tgt); });
+  dispatch<kF32 | kF64>(op, log_probs.device(), log_probs.scalar_type(), [&](auto acc) {
+    dispatch<kI64 | kI32>(op, targets.device(), targets.scalar_type(),
+                          [&](auto tgt) { f(acc, tgt); });
   });
 }
 
@@ -291,8 +291,8 @@ std::tuple<at::Tensor, at::Tensor> ctc_loss_impl(const char* op, const at::Tenso
   dispatch_ctc(op, log_probs, targets, [&](auto acc, auto tgt) {
     using Acc = ACME_T(acc);
     using Tgt = ACME_T(tgt);
-    cm::launch(nll, [op, p, lp = cm::DeviceTensor(log_probs), tg = cm::DeviceTensor(targets),
-                     nll = cm::DeviceTensor(nll), la = cm::DeviceTensor(log_alpha)] {
+    launch(nll, [op, p, lp = DeviceTensor(log_probs), tg = DeviceTensor(targets),
+                 nll = DeviceTensor(nll), la = DeviceTensor(log_alpha)] {
       auto x = nn::load<Acc>(op, lp);
       // both outputs are fresh contiguous tensors of type Acc
       ctc_forward<Acc, Tgt>(op, p, x.data(), tg.numel() ? tg.const_data_ptr<Tgt>() : nullptr,
@@ -311,7 +311,7 @@ at::Tensor ctc_loss_backward_impl(const char* op, const at::Tensor& grad,
   for (const auto* t : {&grad, &neg_log_likelihood, &log_alpha})
     ACME_CHECK_T(t->scalar_type() == log_probs.scalar_type(), op, *t,
                  "expected grad, neg_log_likelihood and log_alpha of log_probs' dtype ",
-                 cm::dtype_name(log_probs.scalar_type()));
+                 dtype_name(log_probs.scalar_type()));
   ACME_CHECK_T(grad.numel() == p.N, op, grad, "expected grad with one value per batch element (",
                p.N, "), got shape ", grad.sizes());
   ACME_CHECK_T(neg_log_likelihood.numel() == p.N, op, neg_log_likelihood,
@@ -327,10 +327,10 @@ at::Tensor ctc_loss_backward_impl(const char* op, const at::Tensor& grad,
   dispatch_ctc(op, log_probs, targets, [&](auto acc, auto tgt) {
     using Acc = ACME_T(acc);
     using Tgt = ACME_T(tgt);
-    cm::launch(out, [op, p, W, zero_infinity, gr = cm::DeviceTensor(grad.reshape({p.N})),
-                     lp = cm::DeviceTensor(log_probs), tg = cm::DeviceTensor(targets),
-                     nll = cm::DeviceTensor(neg_log_likelihood.reshape({p.N})),
-                     la = cm::DeviceTensor(log_alpha), out = cm::DeviceTensor(out)] {
+    launch(out, [op, p, W, zero_infinity, gr = DeviceTensor(grad.reshape({p.N})),
+                 lp = DeviceTensor(log_probs), tg = DeviceTensor(targets),
+                 nll = DeviceTensor(neg_log_likelihood.reshape({p.N})),
+                 la = DeviceTensor(log_alpha), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, lp);
       auto g = nn::load<Acc>(op, gr);
       auto n = nn::load<Acc>(op, nll);

@@ -12,10 +12,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/iter.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <limits>
@@ -26,9 +26,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 enum BagMode : int64_t { kSum = 0, kMean = 1, kMax = 2 };
 
@@ -41,20 +41,20 @@ void check_index(const char* op, const at::Tensor& t, const char* arg) {
 
 // Device part: an index tensor (int64 or int32, checked by check_index) as a
 // dense int64 vector.
-std::vector<int64_t> load_index(const cm::DeviceTensor& t) {
+std::vector<int64_t> load_index(const DeviceTensor& t) {
   const auto st = t.scalar_type();
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
   if (v.empty()) return v;
   const auto shape = t.sizes();
   const auto strides = nn::contiguous_strides(shape);
-  cm::StridedIter it(shape);
+  StridedIter it(shape);
   it.add_strided(reinterpret_cast<char*>(v.data()), shape, strides, sizeof(int64_t));
   it.add(t);
   it.build();
   if (st == c10::ScalarType::Long) {
-    cm::map1<int64_t, int64_t>(it, [](int64_t x) { return x; });
+    map1<int64_t, int64_t>(it, [](int64_t x) { return x; });
   } else {
-    cm::map1<int64_t, int32_t>(it, [](int32_t x) { return static_cast<int64_t>(x); });
+    map1<int64_t, int32_t>(it, [](int32_t x) { return static_cast<int64_t>(x); });
   }
   return v;
 }
@@ -83,9 +83,9 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
   if (gw.numel() == 0) return gw;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gw, [op, n, D, num_weights, padding_idx, scale_grad_by_freq,
-                    indices = cm::DeviceTensor(indices), grad_output = cm::DeviceTensor(grad_output),
-                    gw = cm::DeviceTensor(gw)] {
+    launch(gw, [op, n, D, num_weights, padding_idx, scale_grad_by_freq,
+                indices = DeviceTensor(indices), grad_output = DeviceTensor(grad_output),
+                gw = DeviceTensor(gw)] {
       const auto idx = load_index(indices);
       auto g = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gw);
@@ -149,11 +149,11 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
   at::Tensor max_indices = mode == kMax ? at::empty({B, D}, lopt) : at::empty({B}, lopt);
   nn::dispatch_compute(op, weight, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, V, D, n, B, mode, has_psw, padding_idx, weight = cm::DeviceTensor(weight),
-                     indices = cm::DeviceTensor(indices), offsets = cm::DeviceTensor(offsets),
-                     per_sample_weights = cm::DeviceTensor(per_sample_weights),
-                     out = cm::DeviceTensor(out), offset2bag = cm::DeviceTensor(offset2bag),
-                     bag_size = cm::DeviceTensor(bag_size), max_indices = cm::DeviceTensor(max_indices)] {
+    launch(out, [op, V, D, n, B, mode, has_psw, padding_idx, weight = DeviceTensor(weight),
+                 indices = DeviceTensor(indices), offsets = DeviceTensor(offsets),
+                 per_sample_weights = DeviceTensor(per_sample_weights),
+                 out = DeviceTensor(out), offset2bag = DeviceTensor(offset2bag),
+                 bag_size = DeviceTensor(bag_size), max_indices = DeviceTensor(max_indices)] {
       const auto idx = load_index(indices);
       const auto offs = load_index(offsets);
       // bag b covers indices [start(b), end(b))
@@ -199,7 +199,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
         if (mode == kMean) mi[b] = cnt;
       }
       if (out.numel()) nn::store<Acc>(op, o.data(), out);
-      auto put_long = [](const std::vector<int64_t>& v, const cm::DeviceTensor& t) {
+      auto put_long = [](const std::vector<int64_t>& v, const DeviceTensor& t) {
         if (t.numel()) std::copy(v.begin(), v.begin() + t.numel(), t.data_ptr<int64_t>());
       };
       if (mode == kSum) std::fill(bs.begin(), bs.end(), 0);
@@ -239,11 +239,11 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
   }
   nn::dispatch_compute(op, grad, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gw, [op, B, D, n, num_weights, scale_grad_by_freq, mode, has_psw, padding_idx,
-                    grad = cm::DeviceTensor(grad), indices = cm::DeviceTensor(indices),
-                    offset2bag = cm::DeviceTensor(offset2bag), bag_size = cm::DeviceTensor(bag_size),
-                    maximum_indices = cm::DeviceTensor(maximum_indices),
-                    per_sample_weights = cm::DeviceTensor(per_sample_weights), gw = cm::DeviceTensor(gw)] {
+    launch(gw, [op, B, D, n, num_weights, scale_grad_by_freq, mode, has_psw, padding_idx,
+                grad = DeviceTensor(grad), indices = DeviceTensor(indices),
+                offset2bag = DeviceTensor(offset2bag), bag_size = DeviceTensor(bag_size),
+                maximum_indices = DeviceTensor(maximum_indices),
+                per_sample_weights = DeviceTensor(per_sample_weights), gw = DeviceTensor(gw)] {
       const auto idx = load_index(indices);
       const auto o2b = load_index(offset2bag);
       const auto bs = load_index(bag_size);
@@ -304,8 +304,8 @@ at::Tensor& k_embedding_renorm_(at::Tensor& self, const at::Tensor& indices, dou
   if (indices.numel() == 0 || self.numel() == 0) return self;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(self, [op, V, D, max_norm, norm_type, indices = cm::DeviceTensor(indices),
-                      self = cm::DeviceTensor(self)] {
+    launch(self, [op, V, D, max_norm, norm_type, indices = DeviceTensor(indices),
+                  self = DeviceTensor(self)] {
       const auto idx = load_index(indices);
       auto w = nn::load<Acc>(op, self);
       std::vector<Acc> rows(w.data(), w.data() + self.numel());

@@ -26,10 +26,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/parallel.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <array>
 #include <cmath>
@@ -39,9 +39,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 enum class Interp { bilinear = 0, nearest = 1, bicubic = 2 };
 enum class Pad { zeros = 0, border = 1, reflection = 2 };
@@ -407,13 +407,13 @@ at::Tensor grid_sample_forward(const char* op, const at::Tensor& input, const at
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, s, m, input = cm::DeviceTensor(input), grid = cm::DeviceTensor(grid),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, s, m, input = DeviceTensor(input), grid = DeviceTensor(grid),
+                 out = DeviceTensor(out)] {
       const auto x = nn::load<Acc>(op, input);
       const auto g = nn::load<Acc>(op, grid);
       nn::OutBuf<Acc> ob(out);
       // every grid point writes only its own outputs: cut anywhere, same results
-      cm::parallel_for(s.N * s.points, 256, [&](int64_t begin, int64_t end) {
+      parallel_for(s.N * s.points, 256, [&](int64_t begin, int64_t end) {
         for (int64_t q = begin; q < end; ++q) {
           const int64_t n = q / s.points, pt = q % s.points;
           const Source<Acc, K> p = source(g.data() + q * K, s, m);
@@ -445,10 +445,10 @@ template <int K>
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
     // grad_input (zeros, queued above) is an undefined DeviceTensor when not wanted
-    cm::launch(grad_grid, [op, s, m, want_input, grad_output = cm::DeviceTensor(grad_output),
-                           input = cm::DeviceTensor(input), grid = cm::DeviceTensor(grid),
-                           grad_input = cm::DeviceTensor(grad_input),
-                           grad_grid = cm::DeviceTensor(grad_grid)] {
+    launch(grad_grid, [op, s, m, want_input, grad_output = DeviceTensor(grad_output),
+                       input = DeviceTensor(input), grid = DeviceTensor(grid),
+                       grad_input = DeviceTensor(grad_input),
+                       grad_grid = DeviceTensor(grad_grid)] {
       const auto go = nn::load<Acc>(op, grad_output);
       const auto x = nn::load<Acc>(op, input);
       const auto g = nn::load<Acc>(op, grid);
@@ -457,7 +457,7 @@ template <int K>
       nn::OutBuf<Acc> gg(grad_grid);
       // Images on the units: an image's grid points all scatter into its own input
       // gradient, in point order, so the sums do not depend on the unit count.
-      cm::parallel_for(s.N, 1, [&](int64_t begin, int64_t end) {
+      parallel_for(s.N, 1, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n)
           for (int64_t pt = 0; pt < s.points; ++pt) {
             const int64_t q = n * s.points + pt;

@@ -9,17 +9,17 @@
 #include <ATen/ops/empty.h>
 
 #include "common/common.h"
-#include "gemm.h"
+#include "common/dense.h"
+#include "common/gemm.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 using nn::Dense;
 using nn::Mat;
 
@@ -32,7 +32,7 @@ struct MatSource {
   int64_t bs = 0, rs = 0, cs = 0, rows = 0, cols = 0;
   Dense<Acc> keep;
 
-  MatSource(const char* op, const cm::DeviceTensor& t) {
+  MatSource(const char* op, const DeviceTensor& t) {
     const int64_t d = t.dim();
     rows = t.size(d - 2);
     cols = t.size(d - 1);
@@ -57,7 +57,7 @@ void check_float_operand(const char* op, const at::Tensor& ref, const at::Tensor
   nn::check_float(op, t);
   ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
                "' to have the same dtype as the first operand (",
-               cm::dtype_name(ref.scalar_type()), ")");
+               dtype_name(ref.scalar_type()), ")");
 }
 
 std::vector<int64_t> matmul_shape(const at::Tensor& a, const at::Tensor& m2) {
@@ -76,9 +76,9 @@ void matmul_into(const char* op, const at::Tensor& a, const at::Tensor& m2,
   const bool use_bias = bias != nullptr && bias->defined() && beta != 0.0;
   nn::dispatch_compute(op, a, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, B, m, n, shape, use_bias, beta, alpha, a = cm::DeviceTensor(a),
-                     m2 = cm::DeviceTensor(m2), out = cm::DeviceTensor(out),
-                     bias = use_bias ? cm::DeviceTensor(*bias) : cm::DeviceTensor()] {
+    launch(out, [op, B, m, n, shape, use_bias, beta, alpha, a = DeviceTensor(a),
+                 m2 = DeviceTensor(m2), out = DeviceTensor(out),
+                 bias = use_bias ? DeviceTensor(*bias) : DeviceTensor()] {
       MatSource<Acc> sa(op, a), sb(op, m2);
       nn::OutBuf<Acc> ob(out);
       Acc* c = ob.data();
@@ -267,19 +267,19 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
                    (self.dim() < 1 || self.size(-1) == n || self.size(-1) == 1) &&
                    (self.dim() < 2 || self.size(0) == m || self.size(0) == 1),
                op, self, "self of shape ", self.sizes(), " does not broadcast to [", m, ", ", n, "]");
-  const auto compute = cm::promote({&self, &vec1, &vec2});
+  const auto compute = promote({&self, &vec1, &vec2});
   if (c10::isIntegralType(compute, /*includeBool=*/false)) {
     ACME_CHECK(!beta.isFloatingPoint(), op,
                "For integral input tensors, argument beta must not be a floating point number.");
     ACME_CHECK(!alpha.isFloatingPoint(), op,
                "For integral input tensors, argument alpha must not be a floating point number.");
   }
-  const at::Tensor s = cm::cast(op, self, compute);
-  const at::Tensor a = cm::cast(op, vec1, compute);
-  const at::Tensor b = cm::cast(op, vec2, compute);
+  const at::Tensor s = cast(op, self, compute);
+  const at::Tensor a = cast(op, vec1, compute);
+  const at::Tensor b = cast(op, vec2, compute);
   at::Tensor out = at::empty({m, n}, vec1.options().dtype(compute));
   if (out.numel() == 0) return out;
-  cm::StridedIter it(out.sizes());
+  StridedIter it(out.sizes());
   it.add(out);
   it.add(s);
   // vec1 as a column: its address with strides (stride(0), 0), no data read
@@ -288,21 +288,21 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
                  static_cast<int64_t>(a.element_size()));
   it.add(b);
   it.build();
-  cm::dispatch<cm::kAll>(op, out.device(), compute, [&](auto tag) {
+  dispatch<kAll>(op, out.device(), compute, [&](auto tag) {
     using T = ACME_T(tag);
     if constexpr (std::is_same_v<T, bool>) {
       const bool bt = beta.to<bool>(), al = alpha.to<bool>();
-      cm::launch(out, [it, bt, al] {
-        cm::map3<bool, bool, bool, bool>(it, [=](bool x, bool u, bool v) { return (bt && x) || (al && u && v); });
+      launch(out, [it, bt, al] {
+        map3<bool, bool, bool, bool>(it, [=](bool x, bool u, bool v) { return (bt && x) || (al && u && v); });
       });
     } else {
-      using M = cm::opmath_t<T>;
+      using M = opmath_t<T>;
       const M bt = beta.to<M>(), al = alpha.to<M>();
-      cm::launch(out, [it, bt, al] {
+      launch(out, [it, bt, al] {
         if (bt == M(0)) {
-          cm::map3<T, T, T, T>(it, [=](T, T u, T v) { return al * static_cast<M>(u) * static_cast<M>(v); });
+          map3<T, T, T, T>(it, [=](T, T u, T v) { return al * static_cast<M>(u) * static_cast<M>(v); });
         } else {
-          cm::map3<T, T, T, T>(it, [=](T x, T u, T v) {
+          map3<T, T, T, T>(it, [=](T x, T u, T v) {
             return bt * static_cast<M>(x) + al * static_cast<M>(u) * static_cast<M>(v);
           });
         }
@@ -322,9 +322,9 @@ at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, batch1, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, B, m, n, a, b, self = cm::DeviceTensor(self),
-                     batch1 = cm::DeviceTensor(batch1), batch2 = cm::DeviceTensor(batch2),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, B, m, n, a, b, self = DeviceTensor(self),
+                 batch1 = DeviceTensor(batch1), batch2 = DeviceTensor(batch2),
+                 out = DeviceTensor(out)] {
       MatSource<Acc> sa(op, batch1), sb(op, batch2);
       nn::OutBuf<Acc> ob(out);
       Acc* c = ob.data();
@@ -360,9 +360,9 @@ at::Tensor k__addmm_activation(const at::Tensor& self, const at::Tensor& mat1,
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, mat1, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, m, n, a, b, use_gelu, self = cm::DeviceTensor(self),
-                     mat1 = cm::DeviceTensor(mat1), mat2 = cm::DeviceTensor(mat2),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, m, n, a, b, use_gelu, self = DeviceTensor(self),
+                 mat1 = DeviceTensor(mat1), mat2 = DeviceTensor(mat2),
+                 out = DeviceTensor(out)] {
     MatSource<Acc> sa(op, mat1), sb(op, mat2);
     nn::OutBuf<Acc> ob(out);
     Acc* c = ob.data();
@@ -407,8 +407,8 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
   for (int64_t d = dim + 1; d < nd; ++d) inner *= shape[d];
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, shape, outer, inner, self = cm::DeviceTensor(self),
-                     other = cm::DeviceTensor(other), out = cm::DeviceTensor(out)] {
+    launch(out, [op, shape, outer, inner, self = DeviceTensor(self),
+                 other = DeviceTensor(other), out = DeviceTensor(out)] {
     auto a = nn::load<Acc>(op, self, shape);
     auto b = nn::load<Acc>(op, other, shape);
     nn::OutBuf<Acc> ob(out);

@@ -10,10 +10,10 @@
 
 #include "common/alloc.h"
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "common/iter.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,9 +22,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 enum Red : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
@@ -43,7 +43,7 @@ at::Tensor long_input(const char* op, const at::Tensor& t, const char* arg) {
   ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, arg, " must be int64");
   return t.is_contiguous() ? t : t.contiguous();
 }
-Longs load_long(const cm::DeviceTensor& t) {
+Longs load_long(const DeviceTensor& t) {
   Longs l;
   l.p = t.numel() ? t.const_data_ptr<int64_t>() : nullptr;
   return l;
@@ -54,7 +54,7 @@ Longs load_long(const cm::DeviceTensor& t) {
 // itself always loads.
 void check_loadable(const at::Tensor& t, c10::IntArrayRef shape) {
   if (!t.defined() || t.sizes().equals(shape)) return;
-  cm::StridedIter it(shape);
+  StridedIter it(shape);
   it.add(t);
 }
 
@@ -90,9 +90,9 @@ at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Te
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     // the reduced value is written into the 0-dim `out` on the device: no host wait
-    cm::launch(out, [op, reduction, shape, n, f, self = cm::DeviceTensor(self),
-                     target = cm::DeviceTensor(target), weight = cm::DeviceTensor(weight),
-                     pos_weight = cm::DeviceTensor(pos_weight), out = cm::DeviceTensor(out)] {
+    launch(out, [op, reduction, shape, n, f, self = DeviceTensor(self),
+                 target = DeviceTensor(target), weight = DeviceTensor(weight),
+                 pos_weight = DeviceTensor(pos_weight), out = DeviceTensor(out)] {
       nn::Dense<Acc> w, pw;
       if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
       if (pos_weight.defined()) pw = nn::load<Acc>(op, pos_weight, shape);
@@ -135,9 +135,9 @@ at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_outp
   check_loadable(grad_output, shape);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, reduction, shape, n, df, grad_output = cm::DeviceTensor(grad_output),
-                    self = cm::DeviceTensor(self), target = cm::DeviceTensor(target),
-                    weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, reduction, shape, n, df, grad_output = DeviceTensor(grad_output),
+                self = DeviceTensor(self), target = DeviceTensor(target),
+                weight = DeviceTensor(weight), gi = DeviceTensor(gi)] {
       nn::Dense<Acc> w;
       if (weight.defined()) w = nn::load<Acc>(op, weight, shape);
       auto x = nn::load<Acc>(op, self);
@@ -159,14 +159,14 @@ at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_outp
 std::vector<int64_t> loss_shape(const char* op, const at::Tensor& self, const at::Tensor& target,
                                 const at::Tensor& weight = at::Tensor(),
                                 const at::Tensor& pos_weight = at::Tensor()) {
-  return cm::broadcast_shape(op, {&self, &target, &weight, &pos_weight});
+  return broadcast_shape(op, {&self, &target, &weight, &pos_weight});
 }
 
 // The margin losses' output: the per-sample losses as they are (no reduction
 // of a batch), else their sum or mean, summed in double in sample order.
 template <class Acc>
 void store_per_sample(const char* op, const std::vector<Acc>& per, int64_t reduction, bool batch,
-                      const cm::DeviceTensor& out) {
+                      const DeviceTensor& out) {
   if (reduction == kNone && batch) {
     nn::store<Acc>(op, per.data(), out);
     return;
@@ -235,9 +235,9 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     // the loss and total_weight are written on the device: no host wait
-    cm::launch(out, [op, sh, reduction, ignore_index, two_d, self = cm::DeviceTensor(self),
-                     target = cm::DeviceTensor(target_c), weight = cm::DeviceTensor(weight),
-                     out = cm::DeviceTensor(out), total_weight = cm::DeviceTensor(total_weight)] {
+    launch(out, [op, sh, reduction, ignore_index, two_d, self = DeviceTensor(self),
+                 target = DeviceTensor(target_c), weight = DeviceTensor(weight),
+                 out = DeviceTensor(out), total_weight = DeviceTensor(total_weight)] {
       auto x = nn::load<Acc>(op, self);
       auto t = load_long(target);
       nn::Dense<Acc> w;
@@ -292,11 +292,11 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     // total_weight is read by the device part (only for the mean): no host wait
-    cm::launch(gi, [op, sh, reduction, ignore_index, target = cm::DeviceTensor(target_c),
-                    grad_output = cm::DeviceTensor(grad_output), weight = cm::DeviceTensor(weight),
-                    total_weight = reduction == kMean ? cm::DeviceTensor(total_weight)
-                                                      : cm::DeviceTensor(),
-                    gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, sh, reduction, ignore_index, target = DeviceTensor(target_c),
+                grad_output = DeviceTensor(grad_output), weight = DeviceTensor(weight),
+                total_weight = reduction == kMean ? DeviceTensor(total_weight)
+                                                      : DeviceTensor(),
+                gi = DeviceTensor(gi)] {
       auto t = load_long(target);
       auto g = nn::load<Acc>(op, grad_output);
       nn::Dense<Acc> w;
@@ -329,14 +329,14 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
                                                         const at::Tensor& target,
                                                         const ::std::optional<at::Tensor>& weight,
                                                         int64_t reduction, int64_t ignore_index) {
-  return nll_forward("nll_loss_forward", self, target, cm::opt(weight), reduction, ignore_index, false);
+  return nll_forward("nll_loss_forward", self, target, opt(weight), reduction, ignore_index, false);
 }
 
 at::Tensor k_nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                const at::Tensor& target, const ::std::optional<at::Tensor>& weight,
                                int64_t reduction, int64_t ignore_index,
                                const at::Tensor& total_weight) {
-  return nll_backward("nll_loss_backward", grad_output, self, target, cm::opt(weight), reduction,
+  return nll_backward("nll_loss_backward", grad_output, self, target, opt(weight), reduction,
                       ignore_index, total_weight, false);
 }
 
@@ -344,14 +344,14 @@ at::Tensor k_nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& 
                                                           const at::Tensor& target,
                                                           const ::std::optional<at::Tensor>& weight,
                                                           int64_t reduction, int64_t ignore_index) {
-  return nll_forward("nll_loss2d_forward", self, target, cm::opt(weight), reduction, ignore_index, true);
+  return nll_forward("nll_loss2d_forward", self, target, opt(weight), reduction, ignore_index, true);
 }
 
 at::Tensor k_nll_loss2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
                                  const at::Tensor& target,
                                  const ::std::optional<at::Tensor>& weight, int64_t reduction,
                                  int64_t ignore_index, const at::Tensor& total_weight) {
-  return nll_backward("nll_loss2d_backward", grad_output, self, target, cm::opt(weight), reduction,
+  return nll_backward("nll_loss2d_backward", grad_output, self, target, opt(weight), reduction,
                       ignore_index, total_weight, true);
 }
 
@@ -447,7 +447,7 @@ at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& targ
                             const Acc l1x = std::max(std::log1p(-x), Acc(-100));
                             return (y - Acc(1)) * l1x - y * lx;
                           },
-                          cm::opt(weight));
+                          opt(weight));
 }
 
 at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const at::Tensor& self,
@@ -460,7 +460,7 @@ at::Tensor k_binary_cross_entropy_backward(const at::Tensor& grad_output, const 
                                      constexpr Acc eps = Acc(1e-12);
                                      return (x - y) / std::max((Acc(1) - x) * x, eps);
                                    },
-                                   cm::opt(weight));
+                                   opt(weight));
 }
 
 at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::Tensor& target,
@@ -468,8 +468,8 @@ at::Tensor k_binary_cross_entropy_with_logits(const at::Tensor& self, const at::
                                               const ::std::optional<at::Tensor>& pos_weight_,
                                               int64_t reduction) {
   const char* op = "binary_cross_entropy_with_logits";
-  const at::Tensor& weight = cm::opt(weight_);
-  const at::Tensor& pos_weight = cm::opt(pos_weight_);
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& pos_weight = opt(pos_weight_);
   return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target, weight, pos_weight),
                           [](auto x, auto y, auto pw) {
                             // (1 - y) x + lw * log(1 + exp(-x)), computed stably as
@@ -488,7 +488,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
                                const at::Scalar& p, const at::Scalar& margin,
                                const ::std::optional<at::Tensor>& weight_, int64_t reduction) {
   const char* op = "multi_margin_loss";
-  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& weight = opt(weight_);
   nn::check_float(op, self);
   nn::check_float(op, weight);
   check_reduction(op, reduction);
@@ -509,9 +509,9 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
     using Acc = ACME_T(tag);
     const Acc mg = margin.to<Acc>();
     // the loss (0-dim when reduced) is written on the device: no host wait
-    cm::launch(out, [op, N, C, pv, mg, reduction, self = cm::DeviceTensor(self),
-                     target = cm::DeviceTensor(target_c), weight = cm::DeviceTensor(weight),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, N, C, pv, mg, reduction, self = DeviceTensor(self),
+                 target = DeviceTensor(target_c), weight = DeviceTensor(weight),
+                 out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       auto t = load_long(target);
       nn::Dense<Acc> w;
@@ -556,9 +556,9 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     // the loss (0-dim when reduced) and is_target are written on the device: no host wait
-    cm::launch(out, [op, N, C, reduction, self = cm::DeviceTensor(self),
-                     target = cm::DeviceTensor(target_c), out = cm::DeviceTensor(out),
-                     is_target = cm::DeviceTensor(is_target)] {
+    launch(out, [op, N, C, reduction, self = DeviceTensor(self),
+                 target = DeviceTensor(target_c), out = DeviceTensor(out),
+                 is_target = DeviceTensor(is_target)] {
       auto x = nn::load<Acc>(op, self);
       auto t = load_long(target);
       std::vector<Acc> ist(static_cast<size_t>(N * C), Acc(0));

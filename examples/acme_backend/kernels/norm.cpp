@@ -13,10 +13,10 @@
 #include <ATen/ops/empty.h>
 
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/nn_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
 
 #include <array>
 #include <cmath>
@@ -25,9 +25,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 bool is_reduced(c10::ScalarType st) {
   return st == c10::ScalarType::Half || st == c10::ScalarType::BFloat16;
@@ -46,16 +46,16 @@ c10::ScalarType stat_dtype(const at::Tensor& input, std::initializer_list<const 
 
 // Host part of a per-channel vector (weight, bias, stats): checks its size and
 // hands it to the device part as C elements (undefined stays undefined).
-cm::DeviceTensor chan(const char* op, const at::Tensor& t, int64_t C, const char* arg) {
+DeviceTensor chan(const char* op, const at::Tensor& t, int64_t C, const char* arg) {
   if (!t.defined()) return {};
   ACME_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
                t.sizes());
-  return cm::DeviceTensor(t.reshape({C}));
+  return DeviceTensor(t.reshape({C}));
 }
 
 // Device part: the vector as dense Acc, or `dflt` if undefined.
 template <class Acc>
-std::vector<Acc> chan_vec(const char* op, const cm::DeviceTensor& t, int64_t C, Acc dflt) {
+std::vector<Acc> chan_vec(const char* op, const DeviceTensor& t, int64_t C, Acc dflt) {
   std::vector<Acc> v(static_cast<size_t>(C), dflt);
   if (t.defined() && C > 0) nn::load_into<Acc>(op, t, {C}, v.data());
   return v;
@@ -95,10 +95,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   auto rvd = chan(op, running_var, C, "running_var");
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, sh, training, momentum, eps, wd, bd, rmd, rvd,
-                     input = cm::DeviceTensor(input), out = cm::DeviceTensor(out),
-                     save_mean = cm::DeviceTensor(save_mean),
-                     save_invstd = cm::DeviceTensor(save_invstd)] {
+    launch(out, [op, sh, training, momentum, eps, wd, bd, rmd, rvd,
+                 input = DeviceTensor(input), out = DeviceTensor(out),
+                 save_mean = DeviceTensor(save_mean),
+                 save_invstd = DeviceTensor(save_invstd)] {
     const int64_t C = sh.C, S = sh.S, N = sh.N;
     const int64_t count = N * S;
     const auto& running_mean = rmd;
@@ -172,15 +172,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
     const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
     const ::std::optional<at::Tensor>& bias, const ::std::optional<at::Tensor>& running_mean,
     const ::std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl("native_batch_norm", input, cm::opt(weight), cm::opt(bias), cm::opt(running_mean),
-                         cm::opt(running_var), training, momentum, eps);
+  return batch_norm_impl("native_batch_norm", input, opt(weight), opt(bias), opt(running_mean),
+                         opt(running_var), training, momentum, eps);
 }
 
 ::std::tuple<at::Tensor, at::Tensor, at::Tensor> k__native_batch_norm_legit(
     const at::Tensor& input, const ::std::optional<at::Tensor>& weight,
     const ::std::optional<at::Tensor>& bias, at::Tensor& running_mean, at::Tensor& running_var,
     bool training, double momentum, double eps) {
-  return batch_norm_impl("_native_batch_norm_legit", input, cm::opt(weight), cm::opt(bias), running_mean,
+  return batch_norm_impl("_native_batch_norm_legit", input, opt(weight), opt(bias), running_mean,
                          running_var, training, momentum, eps);
 }
 
@@ -190,11 +190,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
     const ::std::optional<at::Tensor>& save_mean_, const ::std::optional<at::Tensor>& save_invstd_,
     bool train, double eps, ::std::array<bool, 3> output_mask) {
   const char* op = "native_batch_norm_backward";
-  const at::Tensor& weight = cm::opt(weight_);
-  const at::Tensor& running_mean = cm::opt(running_mean_);
-  const at::Tensor& running_var = cm::opt(running_var_);
-  const at::Tensor& save_mean = cm::opt(save_mean_);
-  const at::Tensor& save_invstd = cm::opt(save_invstd_);
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& running_mean = opt(running_mean_);
+  const at::Tensor& running_var = opt(running_var_);
+  const at::Tensor& save_mean = opt(save_mean_);
+  const at::Tensor& save_invstd = opt(save_invstd_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, weight);
@@ -221,9 +221,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(on, [op, sh, train, eps, wd, md, vd, input = cm::DeviceTensor(input),
-                    grad_out = cm::DeviceTensor(grad_out), gi = cm::DeviceTensor(gi),
-                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
+    launch(on, [op, sh, train, eps, wd, md, vd, input = DeviceTensor(input),
+                grad_out = DeviceTensor(grad_out), gi = DeviceTensor(gi),
+                gw = DeviceTensor(gw), gb = DeviceTensor(gb)] {
     const int64_t C = sh.C, S = sh.S, N = sh.N;
     const int64_t count = N * S;
     auto x = nn::load<Acc>(op, input);
@@ -318,8 +318,8 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     const ::std::optional<at::Tensor>& weight_, const ::std::optional<at::Tensor>& bias_,
     double eps) {
   const char* op = "native_layer_norm";
-  const at::Tensor& weight = cm::opt(weight_);
-  const at::Tensor& bias = cm::opt(bias_);
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, weight);
   nn::check_float(op, bias);
@@ -338,9 +338,9 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   if (sh.M == 0) return {out, mean, rstd};
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, sh, eps, input = cm::DeviceTensor(input), weight = cm::DeviceTensor(weight),
-                     bias = cm::DeviceTensor(bias), out = cm::DeviceTensor(out),
-                     mean = cm::DeviceTensor(mean), rstd = cm::DeviceTensor(rstd)] {
+    launch(out, [op, sh, eps, input = DeviceTensor(input), weight = DeviceTensor(weight),
+                 bias = DeviceTensor(bias), out = DeviceTensor(out),
+                 mean = DeviceTensor(mean), rstd = DeviceTensor(rstd)] {
     const int64_t M = sh.M, N = sh.N;
     auto x = nn::load<Acc>(op, input);
     nn::Dense<Acc> w, b;
@@ -383,8 +383,8 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     const at::Tensor& mean, const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_,
     const ::std::optional<at::Tensor>& bias_, ::std::array<bool, 3> output_mask) {
   const char* op = "native_layer_norm_backward";
-  const at::Tensor& weight = cm::opt(weight_);
-  const at::Tensor& bias = cm::opt(bias_);
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, mean);
@@ -403,10 +403,10 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(on, [op, sh, input = cm::DeviceTensor(input), grad_out = cm::DeviceTensor(grad_out),
-                    mean = cm::DeviceTensor(mean), rstd = cm::DeviceTensor(rstd),
-                    weight = cm::DeviceTensor(weight), gi = cm::DeviceTensor(gi),
-                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
+    launch(on, [op, sh, input = DeviceTensor(input), grad_out = DeviceTensor(grad_out),
+                mean = DeviceTensor(mean), rstd = DeviceTensor(rstd),
+                weight = DeviceTensor(weight), gi = DeviceTensor(gi),
+                gw = DeviceTensor(gw), gb = DeviceTensor(gb)] {
     const int64_t M = sh.M, N = sh.N;
     auto x = nn::load<Acc>(op, input);
     auto dy = nn::load<Acc>(op, grad_out);
@@ -465,8 +465,8 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     const ::std::optional<at::Tensor>& bias_, int64_t N, int64_t C, int64_t HxW, int64_t group,
     double eps) {
   const char* op = "native_group_norm";
-  const at::Tensor& weight = cm::opt(weight_);
-  const at::Tensor& bias = cm::opt(bias_);
+  const at::Tensor& weight = opt(weight_);
+  const at::Tensor& bias = opt(bias_);
   nn::check_float(op, input);
   nn::check_float(op, weight);
   nn::check_float(op, bias);
@@ -479,9 +479,9 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   auto wd = chan(op, weight, C, "weight"), bd = chan(op, bias, C, "bias");
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(mean, [op, N, C, HxW, group, eps, wd, bd, input = cm::DeviceTensor(input),
-                      out = cm::DeviceTensor(out), mean = cm::DeviceTensor(mean),
-                      rstd = cm::DeviceTensor(rstd)] {
+    launch(mean, [op, N, C, HxW, group, eps, wd, bd, input = DeviceTensor(input),
+                  out = DeviceTensor(out), mean = DeviceTensor(mean),
+                  rstd = DeviceTensor(rstd)] {
     const int64_t Cg = C / group, D = Cg * HxW;
     auto x = nn::load<Acc>(op, input);
     auto w = chan_vec<Acc>(op, wd, C, Acc(1));
@@ -521,7 +521,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
     const at::Tensor& rstd, const ::std::optional<at::Tensor>& weight_, int64_t N, int64_t C,
     int64_t HxW, int64_t group, ::std::array<bool, 3> output_mask) {
   const char* op = "native_group_norm_backward";
-  const at::Tensor& weight = cm::opt(weight_);
+  const at::Tensor& weight = opt(weight_);
   nn::check_float(op, input);
   nn::check_float(op, grad_out);
   nn::check_float(op, mean);
@@ -541,10 +541,10 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(on, [op, N, C, HxW, group, wd, input = cm::DeviceTensor(input),
-                    grad_out = cm::DeviceTensor(grad_out), mean = cm::DeviceTensor(mean),
-                    rstd = cm::DeviceTensor(rstd), gi = cm::DeviceTensor(gi),
-                    gw = cm::DeviceTensor(gw), gb = cm::DeviceTensor(gb)] {
+    launch(on, [op, N, C, HxW, group, wd, input = DeviceTensor(input),
+                grad_out = DeviceTensor(grad_out), mean = DeviceTensor(mean),
+                rstd = DeviceTensor(rstd), gi = DeviceTensor(gi),
+                gw = DeviceTensor(gw), gb = DeviceTensor(gb)] {
     const int64_t Cg = C / group, D = Cg * HxW;
     auto x = nn::load<Acc>(op, input);
     auto dy = nn::load<Acc>(op, grad_out);
@@ -624,8 +624,8 @@ at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
   }
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, pv, mx, outer, S, inner, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, pv, mx, outer, S, inner, self = DeviceTensor(self),
+                 out = DeviceTensor(out)] {
     auto x = nn::load<Acc>(op, self);
     // norm of each slice self.select(dim, s), over all other dims
     std::vector<double> norm(S, 0.0);

@@ -11,8 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,9 +23,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 // Value i of a pooling parameter given as one int or one per spatial dim (2 or 3).
 int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt,
@@ -224,8 +224,8 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
     const at::Tensor ix = dense_long(op, indices);
-    cm::launch(gi, [op, planes, per, vol, grad_output = cm::DeviceTensor(grad_output),
-                    ix = cm::DeviceTensor(ix), gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, planes, per, vol, grad_output = DeviceTensor(grad_output),
+                ix = DeviceTensor(ix), gi = DeviceTensor(gi)] {
       auto go = nn::load<Acc>(op, grad_output);
       const int64_t* ixp = ix.numel() ? ix.const_data_ptr<int64_t>() : nullptr;
       nn::OutBuf<Acc> ob(gi);
@@ -295,8 +295,8 @@ std::tuple<at::Tensor, at::Tensor> max_pool(const char* op, const at::Tensor& se
   if (out.numel() == 0) return {out, idx};
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out),
-                     idx = cm::DeviceTensor(idx)] {
+    launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out),
+                 idx = DeviceTensor(idx)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       int64_t* ip = idx.data_ptr<int64_t>();
@@ -335,7 +335,7 @@ at::Tensor avg_pool(const char* op, const at::Tensor& self, const Pool& p) {
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, p, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+    launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       for_each_window(p, [&](int64_t plane, int64_t o, const Window& w) {
@@ -361,7 +361,7 @@ at::Tensor avg_pool_backward(const char* op, const at::Tensor& grad_output, cons
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, p, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, p, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto go = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
@@ -505,7 +505,7 @@ namespace {
 at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& indices,
                       at::IntArrayRef output_size, int spatial) {
   ACME_CHECK_T(indices.scalar_type() == at::kLong, op, indices,
-               "elements in indices should be type int64 but got: ", cm::dtype_name(indices.scalar_type()));
+               "elements in indices should be type int64 but got: ", dtype_name(indices.scalar_type()));
   ACME_CHECK(static_cast<int>(output_size.size()) == spatial, op, "There should be exactly ", spatial,
              " elements (", spatial == 2 ? "height, width" : "depth, height, width",
              ") in output_size, but got ", output_size.size(), " elements.");
@@ -524,7 +524,7 @@ at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& 
   osz.insert(osz.end(), output_size.begin(), output_size.end());
   at::Tensor out = at::empty(osz, self.options());
   if (out.numel() > 0) {
-    cm::launch(out, [out = cm::DeviceTensor(out), nbytes = static_cast<size_t>(out.nbytes())] {
+    launch(out, [out = DeviceTensor(out), nbytes = static_cast<size_t>(out.nbytes())] {
       std::memset(out.data_ptr(), 0, nbytes);
     });
   }
@@ -535,8 +535,8 @@ at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& 
   const size_t esz = static_cast<size_t>(self.element_size());
   // output_size, copied: the device part's error message prints it.
   std::vector<int64_t> osize(output_size.begin(), output_size.end());
-  cm::launch(out, [op, planes, in_plane, out_plane, esz, osize, in = cm::DeviceTensor(in),
-                   idx = cm::DeviceTensor(idx), out = cm::DeviceTensor(out)] {
+  launch(out, [op, planes, in_plane, out_plane, esz, osize, in = DeviceTensor(in),
+               idx = DeviceTensor(idx), out = DeviceTensor(out)] {
     const char* ip = static_cast<const char*>(in.data_ptr());
     const int64_t* xp = static_cast<const int64_t*>(idx.data_ptr());
     char* opp = static_cast<char*>(out.data_ptr());

@@ -19,9 +19,9 @@
 #include <ATen/ops/empty.h>
 
 #include "common/args.h"
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <cmath>
 #include <optional>
@@ -29,9 +29,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 template <class Acc>
 inline Acc sigmoid(Acc x) {
@@ -87,7 +87,7 @@ std::pair<int64_t, int64_t> check_cell(const char* op, const at::Tensor& input_g
 // gradient is the gate gradient summed over the batch.
 template <class Acc>
 void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
-                 const cm::DeviceTensor& dst) {
+                 const DeviceTensor& dst) {
   std::vector<Acc> s(static_cast<size_t>(G), Acc(0));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) s[g] += src[n * G + g];
@@ -100,8 +100,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const ::std::optional<at::Tensor>& input_bias_, const ::std::optional<at::Tensor>& hidden_bias_) {
   const char* op = "_thnn_fused_lstm_cell";
-  const at::Tensor& input_bias = cm::opt(input_bias_);
-  const at::Tensor& hidden_bias = cm::opt(hidden_bias_);
+  const at::Tensor& input_bias = opt(input_bias_);
+  const at::Tensor& hidden_bias = opt(hidden_bias_);
   const auto st = float_dtype(op, input_gates,
                               {{&input_gates, "input_gates"}, {&hidden_gates, "hidden_gates"},
                                {&cx, "cx"}, {&input_bias, "input_bias"},
@@ -114,11 +114,11 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   if (N * H == 0) return {hy, cy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(hy, [op, N, H, input_gates = cm::DeviceTensor(input_gates),
-                    hidden_gates = cm::DeviceTensor(hidden_gates), cx = cm::DeviceTensor(cx),
-                    input_bias = cm::DeviceTensor(input_bias),
-                    hidden_bias = cm::DeviceTensor(hidden_bias), hy = cm::DeviceTensor(hy),
-                    cy = cm::DeviceTensor(cy), workspace = cm::DeviceTensor(workspace)] {
+    launch(hy, [op, N, H, input_gates = DeviceTensor(input_gates),
+                hidden_gates = DeviceTensor(hidden_gates), cx = DeviceTensor(cx),
+                input_bias = DeviceTensor(input_bias),
+                hidden_bias = DeviceTensor(hidden_bias), hy = DeviceTensor(hy),
+                cy = DeviceTensor(cy), workspace = DeviceTensor(workspace)] {
     auto ig = nn::load<Acc>(op, input_gates);
     auto hg = nn::load<Acc>(op, hidden_gates);
     auto c0 = nn::load<Acc>(op, cx);
@@ -164,8 +164,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const ::std::optional<at::Tensor>& grad_hy_, const ::std::optional<at::Tensor>& grad_cy_,
     const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
   const char* op = "_thnn_fused_lstm_cell_backward_impl";
-  const at::Tensor& grad_hy = cm::opt(grad_hy_);
-  const at::Tensor& grad_cy = cm::opt(grad_cy_);
+  const at::Tensor& grad_hy = opt(grad_hy_);
+  const at::Tensor& grad_cy = opt(grad_cy_);
   if (!grad_hy.defined() && !grad_cy.defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
   const auto st = float_dtype(op, workspace,
                               {{&grad_hy, "grad_hy"}, {&grad_cy, "grad_cy"}, {&cx, "cx"},
@@ -186,12 +186,12 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   }
   nn::dispatch_compute(op, grad_gates, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(grad_gates, [op, N, H, has_bias, grad_hy = cm::DeviceTensor(grad_hy),
-                            grad_cy = cm::DeviceTensor(grad_cy), cx = cm::DeviceTensor(cx),
-                            cy = cm::DeviceTensor(cy), workspace = cm::DeviceTensor(workspace),
-                            grad_gates = cm::DeviceTensor(grad_gates),
-                            grad_cx = cm::DeviceTensor(grad_cx),
-                            grad_bias = cm::DeviceTensor(grad_bias)] {
+    launch(grad_gates, [op, N, H, has_bias, grad_hy = DeviceTensor(grad_hy),
+                        grad_cy = DeviceTensor(grad_cy), cx = DeviceTensor(cx),
+                        cy = DeviceTensor(cy), workspace = DeviceTensor(workspace),
+                        grad_gates = DeviceTensor(grad_gates),
+                        grad_cx = DeviceTensor(grad_cx),
+                        grad_bias = DeviceTensor(grad_bias)] {
     nn::Dense<Acc> gh, gc;
     if (grad_hy.defined()) gh = nn::load<Acc>(op, grad_hy);
     if (grad_cy.defined()) gc = nn::load<Acc>(op, grad_cy);
@@ -229,8 +229,8 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
     const ::std::optional<at::Tensor>& input_bias_, const ::std::optional<at::Tensor>& hidden_bias_) {
   const char* op = "_thnn_fused_gru_cell";
-  const at::Tensor& input_bias = cm::opt(input_bias_);
-  const at::Tensor& hidden_bias = cm::opt(hidden_bias_);
+  const at::Tensor& input_bias = opt(input_bias_);
+  const at::Tensor& hidden_bias = opt(hidden_bias_);
   const auto st = float_dtype(op, input_gates,
                               {{&input_gates, "input_gates"}, {&hidden_gates, "hidden_gates"},
                                {&hx, "hx"}, {&input_bias, "input_bias"},
@@ -242,11 +242,11 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   if (N * H == 0) return {hy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(hy, [op, N, H, input_gates = cm::DeviceTensor(input_gates),
-                    hidden_gates = cm::DeviceTensor(hidden_gates), hx = cm::DeviceTensor(hx),
-                    input_bias = cm::DeviceTensor(input_bias),
-                    hidden_bias = cm::DeviceTensor(hidden_bias), hy = cm::DeviceTensor(hy),
-                    workspace = cm::DeviceTensor(workspace)] {
+    launch(hy, [op, N, H, input_gates = DeviceTensor(input_gates),
+                hidden_gates = DeviceTensor(hidden_gates), hx = DeviceTensor(hx),
+                input_bias = DeviceTensor(input_bias),
+                hidden_bias = DeviceTensor(hidden_bias), hy = DeviceTensor(hy),
+                workspace = DeviceTensor(workspace)] {
     auto ig = nn::load<Acc>(op, input_gates);
     auto hg = nn::load<Acc>(op, hidden_gates);
     auto h0 = nn::load<Acc>(op, hx);
@@ -310,10 +310,10 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   }
   nn::dispatch_compute(op, grad_ig, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(grad_ig, [op, N, H, has_bias, grad_hy = cm::DeviceTensor(grad_hy),
-                         workspace = cm::DeviceTensor(workspace), grad_ig = cm::DeviceTensor(grad_ig),
-                         grad_hg = cm::DeviceTensor(grad_hg), grad_hx = cm::DeviceTensor(grad_hx),
-                         grad_ib = cm::DeviceTensor(grad_ib), grad_hb = cm::DeviceTensor(grad_hb)] {
+    launch(grad_ig, [op, N, H, has_bias, grad_hy = DeviceTensor(grad_hy),
+                     workspace = DeviceTensor(workspace), grad_ig = DeviceTensor(grad_ig),
+                     grad_hg = DeviceTensor(grad_hg), grad_hx = DeviceTensor(grad_hx),
+                     grad_ib = DeviceTensor(grad_ib), grad_hb = DeviceTensor(grad_hb)] {
     auto gy = nn::load<Acc>(op, grad_hy);
     auto ws = nn::load<Acc>(op, workspace);
     nn::OutBuf<Acc> gi(grad_ig), gh(grad_hg), gx(grad_hx);

@@ -9,12 +9,12 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "common/device.h"
+#include "common/nn_math.h"
 #include "common/parallel.h"
+#include "common/vec_math.h"
 #include "kernels.h"
-#include "nn_buffers.h"
-#include "nn_math.h"
-#include "vec_math.h"
 
 #include <cmath>
 #include <limits>
@@ -23,9 +23,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 struct Axis {
   int64_t outer = 1, D = 1, inner = 1;
@@ -52,8 +52,8 @@ Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
 // the result has the same bits whatever the split. f keeps its own scratch.
 template <class F>
 void for_rows(const Axis& ax, F&& f) {
-  const int64_t grain = std::max<int64_t>(1, cm::kGrainMath / std::max<int64_t>(ax.D, 1));
-  cm::parallel_for(ax.outer * ax.inner, grain, f);
+  const int64_t grain = std::max<int64_t>(1, kGrainMath / std::max<int64_t>(ax.D, 1));
+  parallel_for(ax.outer * ax.inner, grain, f);
 }
 
 enum class Kind { kSoftmax, kLogSoftmax, kSafeSoftmax };
@@ -95,7 +95,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
   const auto row_fn = vec::row_f32();
   nn::dispatch_compute(op, compute_ref, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, ax, kind, row_fn, in = cm::DeviceTensor(self), res = cm::DeviceTensor(out)] {
+    launch(out, [op, ax, kind, row_fn, in = DeviceTensor(self), res = DeviceTensor(out)] {
     auto x = nn::load<Acc>(op, in);
     nn::OutBuf<Acc> ob(res);
     const int64_t D = ax.D, inner = ax.inner;
@@ -139,8 +139,8 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
   nn::check_float(op, output);
   ACME_CHECK_T(grad_output.sizes().equals(output.sizes()), op, grad_output,
                "grad_output has shape ", grad_output.sizes(), ", output has ", output.sizes());
-  ACME_CHECK(cm::dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
-             cm::dtype_name(input_dtype), " is not a supported float dtype");
+  ACME_CHECK(dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
+             dtype_name(input_dtype), " is not a supported float dtype");
   const Axis ax = make_axis(op, output, dim);
   // As on CPU: the gradient has grad_output's dtype, except in the half_to_float
   // case (float32 gradients of a float16/bfloat16 input), where it has the input's.
@@ -153,8 +153,8 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, ax, log, go = cm::DeviceTensor(grad_output), yo = cm::DeviceTensor(output),
-                res = cm::DeviceTensor(gi)] {
+    launch(gi, [op, ax, log, go = DeviceTensor(grad_output), yo = DeviceTensor(output),
+                res = DeviceTensor(gi)] {
     auto g = nn::load<Acc>(op, go);
     auto y = nn::load<Acc>(op, yo);
     nn::OutBuf<Acc> ob(res);
@@ -223,7 +223,7 @@ at::Tensor k__safe_softmax(const at::Tensor& self, int64_t dim,
                            ::std::optional<at::ScalarType> dtype) {
   const char* op = "_safe_softmax";
   const auto out_dtype = dtype.value_or(self.scalar_type());
-  ACME_CHECK(cm::dtype_bit(out_dtype) & nn::kNNFloat, op, "dtype ", cm::dtype_name(out_dtype),
+  ACME_CHECK(dtype_bit(out_dtype) & nn::kNNFloat, op, "dtype ", dtype_name(out_dtype),
              " is not a supported float dtype");
   return softmax_fwd(op, self, dim, out_dtype, Kind::kSafeSoftmax);
 }

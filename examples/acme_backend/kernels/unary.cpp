@@ -2,7 +2,7 @@
 // default float dtype, as in torch) and type-preserving ops (abs, neg, sign,
 // rounding, bitwise_not).
 #include "common/common.h"
-#include "vec_tensor.h"
+#include "common/vec_tensor.h"
 
 #include "kernels.h"
 

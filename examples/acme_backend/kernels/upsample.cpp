@@ -12,9 +12,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,9 +23,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 // The shapes of a resize of `spatial` (1 to 3) dims, checked: (N, C, *spatial)
 // seen as N * C planes of (D, H, W), the dims the op does not have of size 1.
@@ -245,8 +245,8 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
     AaMap<Acc> mw, mh;
     if (W != Wo) mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
     if (H != Ho) mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
-    cm::launch(out, [op, P, H, W, Ho, Wo, mw, mh, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, P, H, W, Ho, Wo, mw, mh, self = DeviceTensor(self),
+                 out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       // along W first, then along H, as PyTorch; a dim whose size does not change
@@ -283,8 +283,8 @@ at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArr
     using Acc = ACME_T(tag);
     const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
     const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
-    cm::launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
-                    gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = DeviceTensor(grad_output),
+                gi = DeviceTensor(gi)] {
       auto g = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
@@ -323,8 +323,8 @@ at::Tensor k_upsample_bicubic2d(const at::Tensor& self, at::IntArrayRef output_s
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(out, [op, P, H, W, Ho, Wo, mh, mw, self = cm::DeviceTensor(self),
-                     out = cm::DeviceTensor(out)] {
+    launch(out, [op, P, H, W, Ho, Wo, mh, mw, self = DeviceTensor(self),
+                 out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       for (int64_t pl = 0; pl < P; ++pl) {
@@ -363,8 +363,8 @@ at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
     using Acc = ACME_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
-    cm::launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = cm::DeviceTensor(grad_output),
-                    gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = DeviceTensor(grad_output),
+                gi = DeviceTensor(gi)] {
       auto g = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
@@ -493,7 +493,7 @@ at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef out
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto m = linear_maps<Acc>(r, align_corners, scales);
-    cm::launch(out, [op, r, m, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+    launch(out, [op, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       with_spatial_dims(r.spatial, [&](auto dims) {
@@ -520,7 +520,7 @@ at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at:
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
     const auto m = linear_maps<Acc>(r, align_corners, scales);
-    cm::launch(gi, [op, r, m, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, r, m, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));
@@ -547,7 +547,7 @@ at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef ou
   const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, self, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(out, [op, r, m, self = cm::DeviceTensor(self), out = cm::DeviceTensor(out)] {
+    launch(out, [op, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
       const int64_t* cols = m.cols.data();
@@ -575,7 +575,7 @@ at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at
   const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(gi, [op, r, m, grad_output = cm::DeviceTensor(grad_output), gi = cm::DeviceTensor(gi)] {
+    launch(gi, [op, r, m, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
       std::fill(ob.data(), ob.data() + gi.numel(), Acc(0));

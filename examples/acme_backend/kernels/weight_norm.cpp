@@ -16,9 +16,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include "common/dense.h"
 #include "common/device.h"
 #include "kernels.h"
-#include "nn_buffers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,9 +26,9 @@
 #include <vector>
 
 namespace acme::kernels {
-namespace {
+using namespace acme::common;
 
-namespace cm = ::acme::common;
+namespace {
 
 // The (M, N) view of v and which of its axes `dim` keeps.
 struct WNShape {
@@ -71,7 +71,7 @@ void check_per_slice(const char* op, const at::Tensor& t, const WNShape& s, cons
 
 void check_same_dtype(const char* op, const at::Tensor& t, const at::Tensor& v, const char* arg) {
   ACME_CHECK_T(t.scalar_type() == v.scalar_type(), op, t, "expected ", arg,
-               " to have v's dtype ", cm::dtype_name(v.scalar_type()));
+               " to have v's dtype ", dtype_name(v.scalar_type()));
 }
 
 // Device part: sum over the normalized slices of f(i, j) for the dense (M, N)
@@ -81,8 +81,8 @@ template <class F>
 std::vector<double> slice_sums(const WNShape& s, F f) {
   std::vector<double> acc(static_cast<size_t>(s.K()), 0.0);
   if (s.first) {
-    const int64_t grain = std::max<int64_t>(1, cm::kGrainMath / std::max<int64_t>(s.N, 1));
-    cm::parallel_for(s.M, grain, [&](int64_t i0, int64_t i1) {
+    const int64_t grain = std::max<int64_t>(1, kGrainMath / std::max<int64_t>(s.N, 1));
+    parallel_for(s.M, grain, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         double a = 0;
         for (int64_t j = 0; j < s.N; ++j) a += f(i, j);
@@ -92,8 +92,8 @@ std::vector<double> slice_sums(const WNShape& s, F f) {
   } else {
     // column sums: each unit owns a block of columns and walks the rows in
     // order, so the inner loop stays contiguous
-    const int64_t grain = std::max<int64_t>(64, cm::kGrainMath / std::max<int64_t>(s.M, 1));
-    cm::parallel_for(s.N, grain, [&](int64_t j0, int64_t j1) {
+    const int64_t grain = std::max<int64_t>(64, kGrainMath / std::max<int64_t>(s.M, 1));
+    parallel_for(s.N, grain, [&](int64_t j0, int64_t j1) {
       for (int64_t i = 0; i < s.M; ++i)
         for (int64_t j = j0; j < j1; ++j) acc[static_cast<size_t>(j)] += f(i, j);
     });
@@ -105,8 +105,8 @@ std::vector<double> slice_sums(const WNShape& s, F f) {
 // of (i, j).
 template <class Acc, class F>
 void apply_slices(const WNShape& s, Acc* out, F f) {
-  const int64_t grain = std::max<int64_t>(1, cm::kGrainCheap / std::max<int64_t>(s.N, 1));
-  cm::parallel_for(s.M, grain, [&](int64_t i0, int64_t i1) {
+  const int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(s.N, 1));
+  parallel_for(s.M, grain, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       Acc* o = out + i * s.N;
       for (int64_t j = 0; j < s.N; ++j) o[j] = f(i, j, s.first ? i : j);
@@ -128,7 +128,7 @@ WNShape check_v_and_g(const char* op, const at::Tensor& v, const at::Tensor& g, 
 // Queues zeros into `t` (the norms / grad_g of an empty v, as CPU's zero_()).
 void zero_on_device(const char* op, const at::Tensor& t) {
   if (t.numel() == 0) return;
-  cm::launch(t, [op, t = cm::DeviceTensor(t)] {
+  launch(t, [op, t = DeviceTensor(t)] {
     std::vector<double> z(static_cast<size_t>(t.numel()), 0.0);
     nn::store<double>(op, z.data(), t);
   });
@@ -154,8 +154,8 @@ void zero_on_device(const char* op, const at::Tensor& t) {
   }
   nn::dispatch_compute(op, v, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(w, [op, s, v = cm::DeviceTensor(v), g = cm::DeviceTensor(g),
-                   w = cm::DeviceTensor(w), norm = cm::DeviceTensor(norm)] {
+    launch(w, [op, s, v = DeviceTensor(v), g = DeviceTensor(g),
+               w = DeviceTensor(w), norm = DeviceTensor(norm)] {
       auto x = nn::load<Acc>(op, v);
       auto gv = nn::load<Acc>(op, g);  // K values in g's logical order
       const Acc* xp = x.data();
@@ -194,10 +194,10 @@ void zero_on_device(const char* op, const at::Tensor& t) {
                         (is_reduced(saved_v.scalar_type()) &&
                          saved_norms.scalar_type() == c10::ScalarType::Float);
   ACME_CHECK_T(norms_ok, op, saved_norms, "expected saved_norms of dtype ",
-               cm::dtype_name(is_reduced(saved_v.scalar_type()) ? c10::ScalarType::Float
+               dtype_name(is_reduced(saved_v.scalar_type()) ? c10::ScalarType::Float
                                                                 : saved_v.scalar_type()),
                " (as _weight_norm_interface returns them) for v of dtype ",
-               cm::dtype_name(saved_v.scalar_type()));
+               dtype_name(saved_v.scalar_type()));
   at::Tensor grad_v = at::empty(saved_v.sizes(), saved_v.options());
   at::Tensor grad_g = at::empty(saved_g.sizes(), saved_g.options());
   if (saved_v.numel() == 0) {
@@ -206,9 +206,9 @@ void zero_on_device(const char* op, const at::Tensor& t) {
   }
   nn::dispatch_compute(op, saved_v, [&](auto tag) {
     using Acc = ACME_T(tag);
-    cm::launch(grad_v, [op, s, gw = cm::DeviceTensor(grad_w), v = cm::DeviceTensor(saved_v),
-                        g = cm::DeviceTensor(saved_g), norms = cm::DeviceTensor(saved_norms),
-                        grad_v = cm::DeviceTensor(grad_v), grad_g = cm::DeviceTensor(grad_g)] {
+    launch(grad_v, [op, s, gw = DeviceTensor(grad_w), v = DeviceTensor(saved_v),
+                    g = DeviceTensor(saved_g), norms = DeviceTensor(saved_norms),
+                    grad_v = DeviceTensor(grad_v), grad_g = DeviceTensor(grad_g)] {
       auto dw = nn::load<Acc>(op, gw);
       auto x = nn::load<Acc>(op, v);
       auto gv = nn::load<Acc>(op, g);

@@ -103,6 +103,13 @@ inline std::string dtype_set_names(unsigned set) {
                    " (supported: ", dtype_set_names(set), ")");
 }
 
+// The dtype check of a kernel that dispatches later or not at all: raises the
+// error above unless `st` is in Set.
+template <unsigned Set>
+inline void check_dtype(const char* op, c10::Device device, c10::ScalarType st) {
+  if ((dtype_bit(st) & Set) == 0) fail_dtype(op, device, st, Set);
+}
+
 // Calls f(Tag<T>{}) with the C++ type of `st` if `st` is in Set, otherwise
 // raises the dtype error above.
 template <unsigned Set, class F>

@@ -11,34 +11,37 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "common/device.h"
-#include "common/dtype.h"
-#include "common/errors.h"
-#include "common/iter.h"
+#include "device.h"
+#include "dtype.h"
+#include "errors.h"
+#include "iter.h"
 
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 namespace acme::kernels::nn {
 
-namespace cm = ::acme::common;
+// The vocabulary of common/ these helpers speak: the same dtype sets, Tag and
+// dispatch, iterator and DeviceTensor as the elementwise kernels.
+using ::acme::common::DeviceTensor;
+using ::acme::common::StridedIter;
+using ::acme::common::Tag;
+using ::acme::common::check_dtype;
+using ::acme::common::cvt;
+using ::acme::common::dispatch;
+using ::acme::common::map1;
+using ::acme::common::opmath_t;
 
-// Float dtypes every kernel in these families supports.
-constexpr unsigned kNNFloat = cm::kFloating;
+// Float dtypes every kernel in these families supports: common's kFloating set.
+constexpr unsigned kNNFloat = ::acme::common::kFloating;
 
 // The dtype check these kernels share: a defined tensor must be one of kNNFloat,
 // or the acme dtype error naming op, device and dtype. (Devices are already
 // checked by the generated wrapper: docs/architecture.md, "Wrapper -> kernel".)
 template <class Tensor>
 inline void check_float(const char* op, const Tensor& t) {
-  if (t.defined() && !(cm::dtype_bit(t.scalar_type()) & kNNFloat))
-    cm::fail_dtype(op, t.device(), t.scalar_type(), kNNFloat);
+  if (t.defined()) check_dtype<kNNFloat>(op, t.device(), t.scalar_type());
 }
-
-// Compute type of a float element type: double for float64, float otherwise.
-template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // A dense, row-major array of Acc holding a tensor's values in its logical
 // shape (or a broadcast of it). `ptr` points either into the tensor itself or
@@ -69,21 +72,21 @@ inline int64_t shape_numel(c10::IntArrayRef shape) {
 // Converts `t` (any float dtype, any strides, broadcastable to `shape`) into
 // a dense Acc array of `shape` written at `dst`.
 template <class Acc>
-inline void load_into(const char* op, const cm::DeviceTensor& t, c10::IntArrayRef shape, Acc* dst) {
+inline void load_into(const char* op, const DeviceTensor& t, c10::IntArrayRef shape, Acc* dst) {
   const auto st = contiguous_strides(shape);
-  cm::StridedIter it(shape);
+  StridedIter it(shape);
   it.add_strided(reinterpret_cast<char*>(dst), shape, st, sizeof(Acc));
   it.add(t);
   it.build();
-  cm::dispatch<kNNFloat>(op, t.device(), t.scalar_type(), [&](auto tag) {
+  dispatch<kNNFloat>(op, t.device(), t.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    cm::map1<Acc, T>(it, [](T v) { return cm::cvt<Acc, T>(v); });
+    map1<Acc, T>(it, [](T v) { return cvt<Acc, T>(v); });
   });
 }
 
 // Dense view of `t` broadcast to `shape` (t's own shape when empty).
 template <class Acc>
-inline Dense<Acc> load(const char* op, const cm::DeviceTensor& t, c10::IntArrayRef shape) {
+inline Dense<Acc> load(const char* op, const DeviceTensor& t, c10::IntArrayRef shape) {
   Dense<Acc> d;
   const bool same_shape = t.sizes().equals(shape);
   if (same_shape && t.is_contiguous() &&
@@ -98,14 +101,14 @@ inline Dense<Acc> load(const char* op, const cm::DeviceTensor& t, c10::IntArrayR
 }
 
 template <class Acc>
-inline Dense<Acc> load(const char* op, const cm::DeviceTensor& t) {
+inline Dense<Acc> load(const char* op, const DeviceTensor& t) {
   return load<Acc>(op, t, t.sizes());
 }
 
 // Writes the dense row-major array `src` (in dst's logical shape) into `dst`
 // (any float dtype and strides), converting once.
 template <class Acc>
-inline void store(const char* op, const Acc* src, const cm::DeviceTensor& dst) {
+inline void store(const char* op, const Acc* src, const DeviceTensor& dst) {
   if (dst.numel() == 0) return;
   if (dst.is_contiguous() && dst.scalar_type() == c10::CppTypeToScalarType<Acc>::value) {
     Acc* o = dst.data_ptr<Acc>();
@@ -113,13 +116,13 @@ inline void store(const char* op, const Acc* src, const cm::DeviceTensor& dst) {
     return;
   }
   const auto st = contiguous_strides(dst.sizes());
-  cm::StridedIter it(dst.sizes());
+  StridedIter it(dst.sizes());
   it.add(dst);
   it.add_strided(reinterpret_cast<char*>(const_cast<Acc*>(src)), dst.sizes(), st, sizeof(Acc));
   it.build();
-  cm::dispatch<kNNFloat>(op, dst.device(), dst.scalar_type(), [&](auto tag) {
+  dispatch<kNNFloat>(op, dst.device(), dst.scalar_type(), [&](auto tag) {
     using T = ACME_T(tag);
-    cm::map1<T, Acc>(it, [](Acc v) { return v; });
+    map1<T, Acc>(it, [](Acc v) { return v; });
   });
 }
 
@@ -127,10 +130,10 @@ inline void store(const char* op, const Acc* src, const cm::DeviceTensor& dst) {
 // memory when its dtype is Acc, else a staging vector that `finish` stores.
 template <class Acc>
 struct OutBuf {
-  cm::DeviceTensor out;
+  DeviceTensor out;
   std::vector<Acc> own;
   Acc* ptr = nullptr;
-  OutBuf(const cm::DeviceTensor& o) : out(o) {
+  OutBuf(const DeviceTensor& o) : out(o) {
     if (o.is_contiguous() && o.scalar_type() == c10::CppTypeToScalarType<Acc>::value) {
       ptr = o.numel() ? o.data_ptr<Acc>() : nullptr;
     } else {
@@ -144,19 +147,14 @@ struct OutBuf {
   }
 };
 
-// Runs f(Tag<Acc>{}) with the compute type of a float dtype, or raises the
-// acme dtype error naming op, device and dtype.
+// dispatch<kNNFloat> by compute type: f(Tag<Acc>{}) with Acc = opmath_t of t's
+// dtype (double for float64, float for float32/float16/bfloat16), so a kernel
+// that works on Dense<Acc> arrays is compiled twice, not once per dtype; other
+// dtypes raise dispatch's error naming op, device and dtype.
 template <class Tensor, class F>
 inline void dispatch_compute(const char* op, const Tensor& t, F&& f) {
-  const auto st = t.scalar_type();
-  if (st == c10::ScalarType::Double) {
-    f(cm::Tag<double>{});
-  } else if (st == c10::ScalarType::Float || st == c10::ScalarType::Half ||
-             st == c10::ScalarType::BFloat16) {
-    f(cm::Tag<float>{});
-  } else {
-    cm::fail_dtype(op, t.device(), st, kNNFloat);
-  }
+  dispatch<kNNFloat>(op, t.device(), t.scalar_type(),
+                     [&](auto tag) { f(Tag<opmath_t<ACME_T(tag)>>{}); });
 }
 
 }  // namespace acme::kernels::nn

@@ -11,7 +11,7 @@
 
 #include <cblas.h>
 
-#include "common/parallel.h"
+#include "parallel.h"
 #include "sgemm.h"
 
 #include <algorithm>
