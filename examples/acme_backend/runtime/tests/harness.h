@@ -15,7 +15,7 @@
 // harness checks that it cleaned up (no memory, streams, events or unreported
 // errors left, slow_device 0, no device lost) and reports it if not.
 //
-// Built and run by tests/test_acme_runtime.py and tests/test_acme_compute_units.py.
+// Built and run by tests/test_runtime_programs.py and tests/test_compute_units_program.py.
 #pragma once
 
 #include "acme_runtime.h"

@@ -1,5 +1,5 @@
 // Standalone tests of acme's float32 GEMM kernel (kernels/sgemm.h), built and
-// run by tests/test_acme_sgemm.py. Prints "PASS <name>" per test, or "SKIP"
+// run by tests/test_sgemm_program.py. Prints "PASS <name>" per test, or "SKIP"
 // when the CPU has no AVX-512F.
 #include "sgemm.h"
 

@@ -7,7 +7,7 @@ harness; test_runtime is test_device.cpp (init, options, versions, device
 loss, errors), test_memory.cpp (allocator, copies, device memory the host never
 reads), test_streams.cpp (ordering, the asynchronous default stream, sticky
 errors, fork, slow device, stress) and test_events.cpp; test_compute_units
-(tests/test_acme_compute_units.py runs it) is test_compute_units.cpp. This
+(test_compute_units_program.py runs it) is test_compute_units.cpp. This
 wrapper compiles them with the runtime's sources, runs them and checks that
 every test reported PASS.
 """
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = ROOT / "examples" / "acme_backend" / "runtime"
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-O1", "-std=c++20", "-pthread", "-fPIC", "-Wall", "-Wextra", "-Werror"]
 JOBS = 2  # compile jobs at once (the machine budget)
@@ -74,7 +73,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ACME_")}
 
 
-# Objects and programs built in this pytest process (test_acme_compute_units.py
+# Objects and programs built in this pytest process (test_compute_units_program.py
 # shares them): each source is compiled once.
 _objects: dict[Path, Path] = {}
 _programs: dict[str, Path] = {}
