@@ -146,7 +146,7 @@ def test_split_happens():
     on another kernel (SkylakeX tiles by 16) they are not known to hold.
     A fresh process with ACME_SGEMM=blas, so float32 goes to OpenBLAS on an
     AVX-512 host too (acme's own sgemm has the same bits cut or not:
-    tests/test_acme_sgemm.py)."""
+    tests/test_sgemm_program.py)."""
     lib = _openblas()
     lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
     kernel = lib.scipy_openblas_get_corename().decode()

@@ -13,7 +13,7 @@
 // the bits of the uncut one, whatever the cut.
 //
 // No torch includes: a plain C++ kernel, testable on its own
-// (tests/test_acme_sgemm.py).
+// (tests/test_sgemm_program.py).
 #pragma once
 
 #include <cstdint>

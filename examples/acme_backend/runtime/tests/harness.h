@@ -1,30 +1,25 @@
-// The one test harness of acme's standalone C++ test programs (runtime/tests).
+// The runtime's part of acme's test harness: what the vendor runtime's
+// standalone test programs (runtime/tests/test_*.cpp, built with the runtime's
+// sources) add to acme's one C++ test harness, tests/cpp/harness.h (TEST,
+// CHECK, REQUIRE, the driver and its PASS/FAIL lines; read it first).
 //
-// A test program is some test_*.cpp files plus the runtime's sources; exactly
-// one of its files says ACME_TEST_MAIN("<title>"). Each file sets its place in
-// the run with `constexpr int kFileOrder = N;` before its tests:
+// Exactly one file of a program says ACME_TEST_MAIN("<title>"): the driver with
+// the runtime's hooks. A failed check's message ends with the runtime's last
+// error, and after each test the harness checks that it cleaned up (no memory,
+// streams, events or unreported errors left, slow_device 0, no device lost)
+// and reports it as a failure of that test if not. CHECK_OK / CHECK_ST /
+// CHECK_ACME check a runtime call's status.
 //
-//   TEST(name) { CHECK(...); CHECK_OK(rtm::...); }
-//
-// Tests run in (kFileOrder, order of definition). The program prints
-// "PASS <name> (N ms)" or "FAIL <name> (N ms)" plus the failed checks per test,
-// then "<title>: N passed, M failed", and exits 0 iff M == 0. Optional argv[1]:
-// run only tests whose name contains it (TEST_ALWAYS tests run regardless).
-//
-// A failed CHECK records the failure and the test goes on. After each test the
-// harness checks that it cleaned up (no memory, streams, events or unreported
-// errors left, slow_device 0, no device lost) and reports it if not.
-//
-// Built and run by tests/test_acme_runtime.py and tests/test_acme_compute_units.py.
+// Built and run by tests/test_runtime_programs.py and tests/test_compute_units_program.py.
 #pragma once
 
+#include "../../tests/cpp/harness.h"
 #include "acme_runtime.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -32,14 +27,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace rtm = acme::runtime;
 using rtm::CopyKind;
@@ -55,39 +47,14 @@ constexpr size_t kAlign = 512;
 
 // ---- checks --------------------------------------------------------------------
 
-struct Failures {
-  std::mutex mu;
-  std::vector<std::string> lines;  // of the current test
-};
-inline Failures& failures() {
-  static Failures f;
-  return f;
-}
-
-inline void record_failure(const char* file, int line, const std::string& what) {
-  std::string where = file;
-  where = where.substr(where.find_last_of('/') + 1);
-  std::lock_guard<std::mutex> lk(failures().mu);
-  failures().lines.push_back(where + ":" + std::to_string(line) + ": " + what);
-}
-
-// Out of line, so that each CHECK stays one call.
-[[gnu::noinline]] inline void check_failed(const char* cond, const char* file, int line) {
-  record_failure(file, line,
-                 std::string("CHECK(") + cond + ") failed; last_error: " + rtm::last_error());
-}
 [[gnu::noinline]] inline void check_status(Status got, Status want, const char* expr,
                                            const char* file, int line) {
   if (got == want) return;
   record_failure(file, line,
-                 std::string(expr) + " gave status " + std::to_string(int(got)) + ", want " +
-                     std::to_string(int(want)) + "; last_error: " + rtm::last_error());
+                 with_note(std::string(expr) + " gave status " + std::to_string(int(got)) +
+                           ", want " + std::to_string(int(want))));
 }
 
-#define CHECK(cond)                                                 \
-  do {                                                              \
-    if (!(cond)) ::harness::check_failed(#cond, __FILE__, __LINE__); \
-  } while (0)
 // The status must equal `want`; a mismatch reports the runtime's message.
 #define CHECK_ST(expr, want) ::harness::check_status((expr), (want), #expr, __FILE__, __LINE__)
 #define CHECK_OK(expr) CHECK_ST(expr, Status::Ok)
@@ -95,36 +62,6 @@ inline void record_failure(const char* file, int line, const std::string& what) 
 #define CHECK_ACME(expr, want) \
   CHECK_ST(static_cast<Status>(expr), static_cast<Status>(want))
 
-// ---- registry and driver ----------------------------------------------------------
-
-struct Test {
-  const char* name;
-  int file_order;
-  int index;  // order of registration (of definition within a file)
-  void (*fn)();
-  bool always;  // runs whatever the filter
-};
-inline std::vector<Test>& registry() {
-  static std::vector<Test> tests;
-  return tests;
-}
-inline bool add_test(const char* name, int file_order, void (*fn)(), bool always) {
-  auto& r = registry();
-  r.push_back({name, file_order, static_cast<int>(r.size()), fn, always});
-  return true;
-}
-
-#define HARNESS_TEST(name, always)                                                   \
-  static void test_##name();                                                          \
-  [[maybe_unused]] static const bool harness_registered_##name =                      \
-      ::harness::add_test(#name, kFileOrder, test_##name, always);                    \
-  static void test_##name()
-#define TEST(name) HARNESS_TEST(name, false)
-#define TEST_ALWAYS(name) HARNESS_TEST(name, true)
-
-inline bool contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
 inline std::string last() { return rtm::last_error(); }
 
 inline size_t free_of(int dev) {
@@ -176,45 +113,15 @@ inline void check_clean() {
                        " event(s) alive");
 }
 
-inline int run_tests(int argc, char** argv, const char* title) {
-  std::vector<Test> tests = registry();
-  std::stable_sort(tests.begin(), tests.end(), [](const Test& a, const Test& b) {
-    return a.file_order != b.file_order ? a.file_order < b.file_order : a.index < b.index;
-  });
-  const char* filter = argc > 1 ? argv[1] : nullptr;
-  int passed = 0, failed = 0;
-  for (const Test& t : tests) {
-    if (filter && !t.always && !contains(t.name, filter)) continue;
-    failures().lines.clear();
-    const auto t0 = Clock::now();
-    try {
-      t.fn();
-    } catch (const std::exception& e) {
-      record_failure(__FILE__, __LINE__, std::string("uncaught exception: ") + e.what());
-    } catch (...) {
-      record_failure(__FILE__, __LINE__, "uncaught exception (not a std::exception)");
-    }
-    check_clean();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const auto& lines = failures().lines;
-    if (lines.empty()) {
-      ++passed;
-      std::printf("PASS %s (%.0f ms)\n", t.name, ms);
-    } else {
-      ++failed;
-      std::printf("FAIL %s (%.0f ms)\n", t.name, ms);
-      const size_t shown = std::min<size_t>(lines.size(), 20);
-      for (size_t i = 0; i < shown; ++i) std::printf("    %s\n", lines[i].c_str());
-      if (lines.size() > shown) std::printf("    ... and %zu more\n", lines.size() - shown);
-    }
-    std::fflush(stdout);
-  }
-  std::printf("%s: %d passed, %d failed\n", title, passed, failed);
-  return failed == 0 ? 0 : 1;
-}
+// The runtime's hooks of the driver: failed checks name the runtime's last
+// error; check_clean runs after each test.
+inline std::string last_error_note() { return std::string("last_error: ") + rtm::last_error(); }
+inline Hooks runtime_hooks() { return {last_error_note, check_clean}; }
 
-#define ACME_TEST_MAIN(title) \
-  int main(int argc, char** argv) { return ::harness::run_tests(argc, argv, title); }
+#define ACME_TEST_MAIN(title)                                                  \
+  int main(int argc, char** argv) {                                            \
+    return ::harness::run_tests(argc, argv, title, ::harness::runtime_hooks()); \
+  }
 
 // ---- helpers --------------------------------------------------------------------
 
@@ -334,7 +241,6 @@ inline std::string describe_status(int status) {
 
 }  // namespace harness
 
-using harness::contains;
 using harness::free_of;
 using harness::Gate;
 using harness::kAlign;

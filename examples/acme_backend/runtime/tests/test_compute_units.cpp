@@ -1,5 +1,5 @@
 // acme runtime tests: compute units (runtime/compute_units.h), a program of
-// its own (tests/test_acme_compute_units.py builds it with the runtime's
+// its own (tests/test_compute_units_program.py builds it with the runtime's
 // sources): every chunk once, exceptions, concurrent and nested loops,
 // reconfiguration, options, fork, and loops run from device work, whose
 // chunks run as device work on every unit.

@@ -1,5 +1,5 @@
 // Standalone tests of acme's float32 GEMM kernel (kernels/common/sgemm.h), built and
-// run by tests/test_acme_sgemm.py. Prints "PASS <name>" per test, or "SKIP"
+// run by tests/test_sgemm_program.py. Prints "PASS <name>" per test, or "SKIP"
 // when the CPU has no AVX-512F.
 #include "common/sgemm.h"
 
@@ -13,22 +13,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "harness.h"  // acme's one C++ test harness
+
 using acme::kernels::nn::sgemm_avx512;
 
 namespace {
 
-int failures = 0;
-
-#define CHECK(cond, ...)                                           \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::printf("FAIL %s:%d: %s: ", __func__, __LINE__, #cond);  \
-      std::printf(__VA_ARGS__);                                    \
-      std::printf("\n");                                           \
-      ++failures;                                                  \
-      return;                                                      \
-    }                                                              \
-  } while (0)
+constexpr int kFileOrder = 0;
 
 // A matrix of rows x cols stored with element strides rs, cs in a buffer of
 // its own (strides may leave gaps, filled with NaN so a stray read shows).
@@ -57,7 +48,7 @@ void strides(Layout l, int64_t r, int64_t c, int64_t* rs, int64_t* cs) {
 
 // C = alpha A B + beta C against a double-precision reference, every layout
 // pair, shapes around the kernel's tiles (12 x 32) and k blocks (256).
-void matches_reference() {
+TEST(matches_reference) {
   std::mt19937 gen(1);
   const int64_t sizes[][3] = {{1, 1, 1},    {12, 32, 1},  {13, 33, 7},  {11, 31, 256},
                               {25, 65, 257}, {1, 100, 300}, {100, 1, 300}, {37, 70, 513},
@@ -84,7 +75,7 @@ void matches_reference() {
               for (int64_t j = 0; j < ldc; ++j) {
                 const float got = c[i * ldc + j];
                 if (j >= n) {
-                  CHECK(got == c0[i * ldc + j], "padding C[%ld,%ld] written", (long)i, (long)j);
+                  REQUIRE(got == c0[i * ldc + j], "padding C[%ld,%ld] written", (long)i, (long)j);
                   continue;
                 }
                 double ref = 0, mag = 0;
@@ -94,9 +85,9 @@ void matches_reference() {
                 }
                 ref = alpha * ref + beta * double(c0[i * ldc + j]);
                 const double tol = 4e-7 * (std::fabs(alpha) * mag + std::fabs(beta * c0[i * ldc + j])) + 1e-30;
-                CHECK(std::fabs(got - ref) <= tol,
-                      "m %ld n %ld k %ld layouts %d/%d alpha %g beta %g: C[%ld,%ld] = %.9g, expected %.9g",
-                      (long)m, (long)n, (long)k, la, lb, alpha, beta, (long)i, (long)j, got, ref);
+                REQUIRE(std::fabs(got - ref) <= tol,
+                        "m %ld n %ld k %ld layouts %d/%d alpha %g beta %g: C[%ld,%ld] = %.9g, expected %.9g",
+                        (long)m, (long)n, (long)k, la, lb, alpha, beta, (long)i, (long)j, got, ref);
               }
             }
           }
@@ -104,25 +95,23 @@ void matches_reference() {
       }
     }
   }
-  std::printf("PASS matches_reference\n");
 }
 
 // beta == 0 must not read C: NaN and infinity there do not leak into the result.
-void beta_zero_ignores_c() {
+TEST(beta_zero_ignores_c) {
   std::mt19937 gen(2);
   const int64_t m = 14, n = 40, k = 9;
   const Strided a(m, k, k, 1, gen), b(k, n, n, 1, gen);
   std::vector<float> c(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
   c[3] = std::numeric_limits<float>::infinity();
   sgemm_avx512(m, n, k, 1.0f, a.data.data(), k, 1, b.data.data(), n, 1, 0.0f, c.data(), n);
-  for (float v : c) CHECK(std::isfinite(v), "C holds %g", v);
-  std::printf("PASS beta_zero_ignores_c\n");
+  for (float v : c) REQUIRE(std::isfinite(v), "C holds %g", v);
 }
 
 // C computed in blocks (rows or columns cut anywhere, aligned or not) has
 // exactly the bits of C computed in one call: what lets gemm.h cut products
 // for the compute units without the result depending on the unit count.
-void cut_does_not_change_bits() {
+TEST(cut_does_not_change_bits) {
   std::mt19937 gen(3);
   const int64_t m = 61, n = 150, k = 600;  // k spans three k blocks
   const Strided a(m, k, k, 1, gen), b(k, n, 1, k, gen);  // B transposed, as conv's weight grad
@@ -140,12 +129,11 @@ void cut_does_not_change_bits() {
       sgemm_avx512(m, w, k, 1.5f, a.data.data(), k, 1, b.data.data() + j0 * k, 1, k, 0.0f,
                    cols.data() + j0, n);
     }
-    CHECK(std::memcmp(rows.data(), whole.data(), whole.size() * sizeof(float)) == 0,
-          "rows cut every %ld differ from one call", (long)cut);
-    CHECK(std::memcmp(cols.data(), whole.data(), whole.size() * sizeof(float)) == 0,
-          "columns cut every %ld differ from one call", (long)(cut * 3));
+    REQUIRE(std::memcmp(rows.data(), whole.data(), whole.size() * sizeof(float)) == 0,
+            "rows cut every %ld differ from one call", (long)cut);
+    REQUIRE(std::memcmp(cols.data(), whole.data(), whole.size() * sizeof(float)) == 0,
+            "columns cut every %ld differ from one call", (long)(cut * 3));
   }
-  std::printf("PASS cut_does_not_change_bits\n");
 }
 
 // n floats that end where an inaccessible page begins: any read past the end
@@ -170,7 +158,7 @@ struct GuardedFloats {
 
 // Dense operands in every layout whose last element is the last readable
 // float: widths and k not multiples of 16 leave partial vectors at the end.
-void reads_nothing_past_the_operands() {
+TEST(reads_nothing_past_the_operands) {
   const int64_t sizes[][3] = {{13, 33, 7}, {5, 3, 19}, {37, 70, 257}, {12, 32, 16}};
   for (const auto& s : sizes) {
     const int64_t m = s[0], n = s[1], k = s[2];
@@ -186,26 +174,20 @@ void reads_nothing_past_the_operands() {
         sgemm_avx512(m, n, k, 1.0f, a.data, ars, acs, b.data, brs, bcs, 0.0f, c.data(), n);
         double ref = 0;
         for (int64_t p = 0; p < k; ++p) ref += double(a.data[(m - 1) * ars + p * acs]) * b.data[p * brs + (n - 1) * bcs];
-        CHECK(c[m * n - 1] == float(ref), "layouts %d/%d: last element %g, expected %g", la, lb,
-              c[m * n - 1], ref);
+        REQUIRE(c[m * n - 1] == float(ref), "layouts %d/%d: last element %g, expected %g", la, lb,
+                c[m * n - 1], ref);
       }
     }
   }
-  std::printf("PASS reads_nothing_past_the_operands\n");
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f")) {
     std::printf("SKIP no AVX-512F on this CPU\n");
     return 0;
   }
-  matches_reference();
-  beta_zero_ignores_c();
-  cut_does_not_change_bits();
-  reads_nothing_past_the_operands();
-  std::printf("sgemm tests: %d failed\n", failures);
-  return failures == 0 ? 0 : 1;
+  return harness::run_tests(argc, argv, "sgemm tests");
 }

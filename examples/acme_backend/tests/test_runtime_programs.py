@@ -2,14 +2,16 @@
 standalone C++ test programs, and check that runtime.cmake gives a
 position-independent static library usable from a shared object.
 
-The C++ programs hold the real assertions. runtime/tests/harness.h is their one
-harness; test_runtime is test_device.cpp (init, options, versions, device
-loss, errors), test_memory.cpp (allocator, copies, device memory the host never
-reads), test_streams.cpp (ordering, the asynchronous default stream, sticky
-errors, fork, slow device, stress) and test_events.cpp; test_compute_units
-(tests/test_acme_compute_units.py runs it) is test_compute_units.cpp. This
-wrapper compiles them with the runtime's sources, runs them and checks that
-every test reported PASS.
+The C++ programs hold the real assertions. They use acme's one C++ test
+harness, tests/cpp/harness.h, with the runtime's part of it in
+runtime/tests/harness.h (status checks, the runtime's last error in a failed
+check's message, the clean-up check after each test). test_runtime is
+test_device.cpp (init, options, versions, device loss, errors), test_memory.cpp
+(allocator, copies, device memory the host never reads), test_streams.cpp
+(ordering, the asynchronous default stream, sticky errors, fork, slow device,
+stress) and test_events.cpp; test_compute_units (test_compute_units_program.py
+runs it) is test_compute_units.cpp. This wrapper compiles them with the
+runtime's sources, runs them and checks that every test reported PASS.
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = ROOT / "examples" / "acme_backend" / "runtime"
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
+HARNESS = Path(__file__).resolve().parent / "cpp"  # acme's C++ test harness
 CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ["-O1", "-std=c++20", "-pthread", "-fPIC", "-Wall", "-Wextra", "-Werror"]
 JOBS = 2  # compile jobs at once (the machine budget)
@@ -74,7 +76,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ACME_")}
 
 
-# Objects and programs built in this pytest process (test_acme_compute_units.py
+# Objects and programs built in this pytest process (test_compute_units_program.py
 # shares them): each source is compiled once.
 _objects: dict[Path, Path] = {}
 _programs: dict[str, Path] = {}
@@ -156,7 +158,10 @@ def test_runtime_program_reports_failures(runtime_test_binary: Path, tmp_path: P
     res = run_program(runtime_test_binary, tmp_path, "alloc_free_basic", env=env, timeout=60)
     assert res.returncode == 1, res.stdout
     assert "FAIL alloc_free_basic" in res.stdout
-    assert "injected malloc fault" in res.stdout
+    # the failed check's message ends with the runtime's last error (the runtime's
+    # hook in acme's shared harness, tests/cpp/harness.h)
+    assert re.search(r"^    test_memory\.cpp:\d+: rtm::malloc\(0, 1000, &a\) gave status \d+, want 0; "
+                     r"last_error: acme: injected malloc fault", res.stdout, re.M), res.stdout
     assert re.search(r"acme runtime tests: \d+ passed, [1-9]\d* failed", res.stdout)
     # the filter ran only "init" (always first) and the test asked for
     assert re.findall(r"^(?:PASS|FAIL) (\w+)", res.stdout, re.M) == ["init", "alloc_free_basic"]
@@ -168,6 +173,7 @@ def test_every_test_source_is_built():
     on_disk = {p.name for p in (RUNTIME / "tests").glob("test_*.cpp")}
     assert on_disk == {f for files in PROGRAMS.values() for f in files}
     assert (RUNTIME / "tests" / "harness.h").is_file()
+    assert (HARNESS / "harness.h").is_file()
 
 
 def test_runtime_sources_are_torch_free():

@@ -3,7 +3,7 @@ and run the standalone C++ test program runtime/tests/test_compute_units.cpp
 (every chunk once, exceptions, concurrent and nested loops, reconfiguration,
 options, fork, loops run from device work). It links the runtime's sources (a
 loop run from device work runs as device work on every unit) and shares its
-harness and build with tests/test_acme_runtime.py."""
+harness and build with test_runtime_programs.py."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_acme_runtime import build_program, outcome, passed_tests, run_program
+from test_runtime_programs import build_program, outcome, passed_tests, run_program
 
 EXPECTED = ["every_chunk_once", "exceptions_propagate", "concurrent_and_nested",
             "reconfigure_while_running", "options", "fork_child",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parents[1] / "examples" / "acme_backend" / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 
 # A name declared as a tensor anywhere in the file: `at::Tensor x`, `const at::Tensor& x`,
 # `at::Tensor& x`, `std::optional<at::Tensor> x`.
