@@ -169,3 +169,12 @@ def test_not_a_mapping(tmp_path):
     """))
     errs = errors_of(path)
     assert "wrong type: got a list" in str(errs)
+
+
+def test_runtime_primitives_take_pinned_host_and_a_typo_names_the_choices(tmp_path):
+    path = tmp_path / "device.yaml"
+    head = "name: npu_nine\nmemory: {capacity: 16 GiB}\ndtypes: [float32]\n"
+    path.write_text(head + "runtime_primitives: [memset, pinned_host]\n")
+    assert load_device(path).runtime_primitives == ("memset", "pinned_host")
+    path.write_text(head + "runtime_primitives: [pinned_hots]\n")
+    assert_error(errors_of(path), path, 4, "runtime_primitives[0]", "pinned_hots", "pinned_host")

@@ -475,6 +475,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "runtime_memset": "true" if "memset" in d.runtime_primitives else "false",
         "runtime_copy_strided": "true" if "copy_strided" in d.runtime_primitives else "false",
         "runtime_host_kernels": "true" if "host_kernels" in d.runtime_primitives else "false",
+        "runtime_pinned_host": "true" if "pinned_host" in d.runtime_primitives else "false",
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",

@@ -4,6 +4,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -47,8 +48,9 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
 // power of two), as CUDA's caching host allocator does: a block freed while a
 // queued copy still reads or writes it goes back to the cache at once, and is
 // handed out again only once the events recorded for those copies completed.
-// (Whether the memory is page-locked is the runtime's business; the contract
-// is the stream ordering.)
+// The blocks come from the runtime's host_alloc when it offers page-locked
+// memory (runtime_primitives: pinned_host), else from the C heap; either way
+// the contract the copies rely on is the stream ordering above.
 class HostAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) override {
@@ -71,9 +73,7 @@ class HostAllocator final : public at::HostAllocator {
         return {ptr, ptr, &HostAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
       }
     }
-    ptr = std::aligned_alloc(64, size);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr, kBackendName, ": could not allocate ", bytes,
-                     " bytes of pinned host memory");
+    ptr = allocate_block(size, bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     blocks_[ptr] = Block{size, true, {}};
     stats_.active_requests.increase(1);
@@ -114,7 +114,7 @@ class HostAllocator final : public at::HostAllocator {
           continue;
         }
         blocks_.erase(*it);
-        std::free(*it);
+        free_block(*it);
         stats_.num_host_free += 1;
         it = free.erase(it);
       }
@@ -144,6 +144,37 @@ class HostAllocator final : public at::HostAllocator {
     bool in_use = false;
     std::vector<std::pair<int, runtime::Event>> copies;  // queued copies using the block
   };
+
+  // A new block of `size` bytes (the size class of a request of `bytes`).
+  static void* allocate_block(std::size_t size, std::size_t bytes) {
+    void* ptr = nullptr;
+    if constexpr (config::kRuntimeHasPinnedHost) {
+      const runtime::Status status = runtime::host_alloc(size, &ptr);
+      TORCH_CHECK_WITH(OutOfMemoryError, status != runtime::Status::OutOfMemory, kBackendName,
+                       ": could not allocate ", bytes, " bytes of pinned host memory (runtime "
+                       "host_alloc: ", runtime::last_error(), ")");
+      TORCH_CHECK(status == runtime::Status::Ok && ptr, kBackendName, ": runtime host_alloc of ",
+                  size, " bytes failed: ", runtime::last_error());
+      TORCH_CHECK(reinterpret_cast<std::uintptr_t>(ptr) % 64 == 0, kBackendName,
+                  ": runtime host_alloc returned ", ptr, ", not aligned to 64 bytes as "
+                  "runtime_adapter.h requires");
+    } else {
+      ptr = std::aligned_alloc(64, size);
+      TORCH_CHECK_WITH(OutOfMemoryError, ptr, kBackendName, ": could not allocate ", bytes,
+                       " bytes of pinned host memory");
+    }
+    return ptr;
+  }
+
+  static void free_block(void* ptr) {
+    if constexpr (config::kRuntimeHasPinnedHost) {
+      // Called from empty_cache, which has no way to report: a failure here
+      // leaks the block, as CUDA's allocator does on a failed cudaFreeHost.
+      (void)runtime::host_free(ptr);
+    } else {
+      std::free(ptr);
+    }
+  }
 
   static std::size_t size_class(std::size_t bytes) {
     std::size_t size = 512;

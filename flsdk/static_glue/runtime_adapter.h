@@ -101,12 +101,13 @@ std::string get_option(const char* key);
 const char* last_error();
 
 // ---- Optional primitives ------------------------------------------------------
-// Declared for every backend, called only when device.yaml's `runtime:` list
-// names them (config::kRuntimeHasMemset / kRuntimeHasCopyStrided): a runtime
-// that does not list one need not define it. Both are queued on `stream` like
-// memcpy. Either may return Unsupported for a call it does not handle; the
-// glue then takes its next path: a native kernel of the backend comes first,
-// these second, and copying through host memory last.
+// Declared for every backend, called only when device.yaml's
+// `runtime_primitives:` list names them (config::kRuntimeHasMemset,
+// kRuntimeHasCopyStrided, kRuntimeHasHostKernels, kRuntimeHasPinnedHost): a
+// runtime that does not list one need not define it. memset and copy_strided
+// are queued on `stream` like memcpy. Either may return Unsupported for a call
+// it does not handle; the glue then takes its next path: a native kernel of the
+// backend comes first, these second, and copying through host memory last.
 
 // Sets `bytes` bytes at device address `dst` to `value` (zero_, fill_ with a
 // value whose bytes are all equal: 0, -1, false, true on one byte...).
@@ -147,5 +148,15 @@ Status copy_strided(const StridedCopy& copy, int device, Stream stream);
 // valid outside such work.
 Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg);
 void* device_view(const void* device_ptr);
+
+// pinned_host: page-locked host memory from the driver, for a DMA engine that
+// reads and writes only registered host memory. The glue's pinned-memory
+// allocator (tensor.pin_memory(), DataLoader(pin_memory=True), and the staging
+// blocks of every copy between host and device) takes its blocks from
+// host_alloc instead of the C heap, caches them, and gives them back with
+// host_free only when no queued copy uses them. `*ptr` must be aligned to at
+// least 64 bytes; return OutOfMemory when the driver has no more to give.
+Status host_alloc(std::size_t bytes, void** ptr);
+Status host_free(void* ptr);
 
 }  // namespace FLSDK_BACKEND_NS::runtime

@@ -87,6 +87,13 @@ acmeError_t acmeMalloc(int device, void** ptr, size_t bytes);
 // Unknown, interior or already-freed pointers give acmeErrorInvalidValue.
 acmeError_t acmeFree(int device, void* ptr);
 acmeError_t acmeMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
+// Page-locked host memory, the kind a DMA engine reads and writes without a
+// staging copy (acme simulates the locking: the block is ordinary heap memory,
+// 64-byte aligned, tracked so that a wrong free is an error). bytes == 0 gives
+// *ptr = nullptr; acmeFreeHost(nullptr) is a no-op; a pointer not from
+// acmeMallocHost gives acmeErrorInvalidValue.
+acmeError_t acmeMallocHost(void** ptr, size_t bytes);
+acmeError_t acmeFreeHost(void* ptr);
 
 // `device` owns the device-side pointer (the destination for DeviceToDevice;
 // the source of DeviceToDevice may live on any device). Device ranges must

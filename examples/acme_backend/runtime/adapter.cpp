@@ -57,6 +57,11 @@ Status malloc(int device, std::size_t bytes, void** ptr) {
 
 Status free(int device, void* ptr) { return st(acmeFree(device, ptr)); }
 
+// pinned_host (device.yaml runtime_primitives): the glue's pinned-memory blocks.
+Status host_alloc(std::size_t bytes, void** ptr) { return st(acmeMallocHost(ptr, bytes)); }
+
+Status host_free(void* ptr) { return st(acmeFreeHost(ptr)); }
+
 Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int device,
               Stream stream) {
   return st(acmeMemcpyAsync(dst, src, bytes, static_cast<acmeMemcpyKind>(kind), device,

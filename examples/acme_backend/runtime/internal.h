@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "arena.h"
@@ -31,13 +32,15 @@ struct Stats {
   std::atomic<uint64_t> mallocs{0}, frees{0}, malloc_bytes{0}, malloc_failures{0};
   std::atomic<uint64_t> copies{0}, copy_bytes{0}, h2h{0}, h2d{0}, d2h{0}, d2d{0}, peer{0};
   std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> host_allocs{0}, host_frees{0}, host_alloc_bytes{0};
   std::atomic<uint64_t> injected_malloc{0}, injected_memcpy{0};
   // Calls in which the host waited for a stream, an event or a device.
   std::atomic<uint64_t> host_waits{0};
 
   void reset() {
     for (auto* c : {&mallocs, &frees, &malloc_bytes, &malloc_failures, &copies, &copy_bytes,
-                    &h2h, &h2d, &d2h, &d2d, &peer, &launches, &injected_malloc,
+                    &h2h, &h2d, &d2h, &d2d, &peer, &launches, &host_allocs, &host_frees,
+                    &host_alloc_bytes, &injected_malloc,
                     &injected_memcpy, &host_waits})
       c->store(0);
   }
@@ -95,6 +98,11 @@ struct Runtime {
   // Slow-device option: every piece of queued work waits this long before it
   // runs, so a missing synchronization shows as a wrong answer.
   std::atomic<uint64_t> slow_device_us{0};
+
+  // Page-locked host blocks handed out by acmeMallocHost (acmeFreeHost checks
+  // against them).
+  std::mutex host_mu;
+  std::unordered_set<void*> host_blocks;
 
   std::mutex init_mu;
   Faults faults;

@@ -2,6 +2,7 @@
 // arena (arena.h), and every copy, each checked against the arenas.
 #include "internal.h"
 
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -148,6 +149,40 @@ acmeError_t acmeFree(int device, void* ptr) {
   }
   if (auto e = r.arenas[device]->release(ptr)) return e;
   r.stats.frees++;
+  return acmeSuccess;
+}
+
+acmeError_t acmeMallocHost(void** ptr, size_t bytes) {
+  if (!ptr) return fail(acmeErrorInvalidValue, "acme: malloc_host: null output pointer");
+  *ptr = nullptr;
+  if (bytes == 0) return acmeSuccess;
+  const size_t rounded = (bytes + 63) / 64 * 64;  // aligned_alloc: a multiple of the alignment
+  void* p = rounded >= bytes ? std::aligned_alloc(64, rounded) : nullptr;
+  if (!p)
+    return fail(acmeErrorMemoryAllocation,
+                "acme: malloc_host: could not allocate %zu bytes of page-locked host memory", bytes);
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lk(r.host_mu);
+    r.host_blocks.insert(p);
+  }
+  r.stats.host_allocs++;
+  r.stats.host_alloc_bytes += bytes;
+  *ptr = p;
+  return acmeSuccess;
+}
+
+acmeError_t acmeFreeHost(void* ptr) {
+  if (!ptr) return acmeSuccess;
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lk(r.host_mu);
+    if (r.host_blocks.erase(ptr) == 0)
+      return fail(acmeErrorInvalidValue,
+                  "acme: free_host(%p): not a block of acmeMallocHost (or freed already)", ptr);
+  }
+  std::free(ptr);
+  r.stats.host_frees++;
   return acmeSuccess;
 }
 

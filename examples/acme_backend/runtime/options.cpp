@@ -140,6 +140,9 @@ std::string stats_json() {
   add("d2d", s.d2d);
   add("peer", s.peer);
   add("launches", s.launches);
+  add("host_allocs", s.host_allocs);
+  add("host_frees", s.host_frees);
+  add("host_alloc_bytes", s.host_alloc_bytes);
   add("host_waits", s.host_waits);
   add("injected_malloc_faults", s.injected_malloc);
   add("injected_memcpy_faults", s.injected_memcpy);

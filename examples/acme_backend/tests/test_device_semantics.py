@@ -113,6 +113,32 @@ def test_non_blocking_copies_and_pinned_memory():
     del d
 
 
+def test_pinned_blocks_come_from_the_runtimes_page_locked_memory():
+    """device.yaml lists pinned_host: the glue's pinned-memory allocator takes its
+    blocks from the runtime's host_alloc (acmeMallocHost), for pin_memory() and for
+    the staging block of a pageable copy alike, and gives cached ones back with
+    host_free; none come from the C heap."""
+    import json
+
+    def stats():
+        return json.loads(native.runtime_get_option("stats"))
+
+    torch.accelerator.synchronize()
+    torch._C._accelerator_emptyHostCache()  # no cached block to reuse
+    before = stats()
+    pinned = torch.arange(37 << 18, dtype=torch.float32).pin_memory()  # 37 MiB
+    assert pinned.is_pinned() and stats()["host_allocs"] == before["host_allocs"] + 1
+    d = pinned.to("acme", non_blocking=True)  # the user's pinned block: no staging
+    pageable = torch.full((41 << 18,), 3.0)  # 41 MiB: staged through a new block
+    d2 = pageable.to("acme")
+    assert stats()["host_allocs"] == before["host_allocs"] + 2
+    assert torch.equal(d.cpu(), pinned) and torch.equal(d2.cpu(), pageable)
+    del pinned
+    torch.accelerator.synchronize()
+    torch._C._accelerator_emptyHostCache()
+    assert stats()["host_frees"] == before["host_frees"] + 2
+
+
 # -- RNG ----------------------------------------------------------------------
 
 def test_rng_reproducible_per_device(restore_device):

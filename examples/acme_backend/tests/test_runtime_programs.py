@@ -49,7 +49,7 @@ EXPECTED_TESTS = [
     "host_waits_counts_synchronize", "protect_option_gone", "slow_device_option",
     "fault_injection", "device_loss_and_versions",
     # test_memory.cpp
-    "alloc_free_basic", "oom", "coalescing_and_holes", "best_fit", "alignment_config",
+    "alloc_free_basic", "host_alloc_free", "oom", "coalescing_and_holes", "best_fit", "alignment_config",
     "copies", "copy_checks", "memcpy_sync_waits", "host_dereference_segfaults",
     "device_view_only_on_device", "memory_benchmarks",
     # test_streams.cpp

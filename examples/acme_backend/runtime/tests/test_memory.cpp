@@ -4,6 +4,7 @@
 // copies and work running on the device (acmeDeviceView) reach the bytes.
 #include "harness.h"
 
+#include <cstring>
 #include <random>
 
 namespace {
@@ -35,6 +36,26 @@ TEST(alloc_free_basic) {
   CHECK(free_of(0) == f0);
   CHECK(free_of(1) == kCap - 4096);
   CHECK_OK(rtm::free(1, d1));
+}
+
+// Page-locked host memory (the pinned_host primitive): aligned, host-writable,
+// and a pointer it did not hand out cannot be freed through it.
+TEST(host_alloc_free) {
+  void* p = nullptr;
+  CHECK_OK(rtm::host_alloc(1000, &p));
+  CHECK(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+  std::memset(p, 0x5a, 1000);  // host memory: the host reads and writes it
+  CHECK(static_cast<unsigned char*>(p)[999] == 0x5a);
+  void* z = reinterpret_cast<void*>(1);
+  CHECK_OK(rtm::host_alloc(0, &z));  // zero bytes: null, success
+  CHECK(z == nullptr);
+  int not_ours = 0;
+  CHECK_ST(rtm::host_free(&not_ours), Status::InvalidValue);
+  CHECK(contains(last(), "not a block of acmeMallocHost"));
+  CHECK_OK(rtm::host_free(p));
+  CHECK_ST(rtm::host_free(p), Status::InvalidValue);  // freed already
+  CHECK_OK(rtm::host_free(nullptr));
 }
 
 TEST(oom) {
