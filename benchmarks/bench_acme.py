@@ -137,14 +137,6 @@ ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "e
                        "tests")
 
 
-def _batch_to(batch, device):
-    if isinstance(batch, dict):
-        return {k: _batch_to(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_batch_to(v, device) for v in batch)
-    return batch.to(device)
-
-
 def real_model_steps(device):
     """One SGD-momentum training step of each model of REAL_MODELS on `device`
     (dropout off, as in the real-model suite). A model whose package is not
@@ -162,7 +154,7 @@ def real_model_steps(device):
             print(f"  {name}: left out ({e})", file=sys.stderr)
             continue
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        batch = _batch_to(case.batch(), device)
+        batch = zoo.batch_to(case.batch(), device)
 
         def step(model=model, opt=opt, batch=batch, loss=case.loss):
             opt.zero_grad()

@@ -27,15 +27,12 @@
 // costs one short poll, not a busy core.
 inline constexpr auto kStreamSpin = std::chrono::microseconds(50);
 
-// Polls `done()` for up to kStreamSpin; true when it became true.
+// Polls `done()` until it holds or kStreamSpin has passed; the caller re-checks
+// under its lock either way.
 template <class Done>
-bool stream_spin_until(Done done) {
+void stream_spin_until(Done done) {
   const auto deadline = std::chrono::steady_clock::now() + kStreamSpin;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
 }
 
 struct acmeStream_st {

@@ -542,11 +542,11 @@ class Step:
     params: dict[str, torch.Tensor]  # float32, on CPU, after one SGD step
 
 
-def _to(batch, device):
+def batch_to(batch, device):
     if isinstance(batch, dict):
-        return {k: _to(v, device) for k, v in batch.items()}
+        return {k: batch_to(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
-        return type(batch)(_to(v, device) for v in batch)
+        return type(batch)(batch_to(v, device) for v in batch)
     return batch.to(device)
 
 
@@ -558,7 +558,7 @@ def train_step(case: Case, model: nn.Module, device: str, autocast: torch.dtype 
     `device`, under torch.autocast(device type, autocast) unless None."""
     model = copy.deepcopy(model).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    batch = _to(case.batch(), device)
+    batch = batch_to(case.batch(), device)
     with torch.autocast(torch.device(device).type, dtype=autocast or torch.float32,
                         enabled=autocast is not None):
         loss = case.loss(model, batch)

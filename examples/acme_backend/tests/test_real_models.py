@@ -354,7 +354,7 @@ def _dtype_trace(case, model, device, autocast):
             return out
 
     model = copy.deepcopy(model).to(device)
-    batch = zoo._to(case.batch(), device)
+    batch = zoo.batch_to(case.batch(), device)
     with Trace(), torch.autocast(torch.device(device).type, dtype=autocast):
         case.loss(model, batch)
     return ops
