@@ -55,6 +55,20 @@ def test_runtime_adapter_reference_matches_the_generated_header(zeta):
     assert documented["event_record"].startswith("Status event_record(int device")
 
 
+def test_ccl_adapter_reference_matches_the_generated_header(zeta):
+    """docs/ccl-adapter.md lists every call of generated/ccl_adapter.h with its exact
+    declaration (issue 35: the collective-library adapter a vendor implements)."""
+    header = _declarations((zeta / "generated" / "ccl_adapter.h").read_text())
+    doc = (zeta / "docs" / "ccl-adapter.md").read_text()
+    documented = _declarations("\n".join(re.findall(r"```cpp\n(.*?)```", doc, re.S)))
+    assert {"get_unique_id", "comm_init", "all_reduce", "all_to_all", "send", "group_end",
+            "comm_get_async_error", "last_error"} <= set(header)
+    assert sorted(set(header) - set(documented)) == [], "ccl adapter calls not documented"
+    assert sorted(set(documented) - set(header)) == [], "documented calls the header lacks"
+    differ = {n: (header[n], documented[n]) for n in header if header[n] != documented[n]}
+    assert not differ, f"documented declarations differ from the header: {differ}"
+
+
 def test_readme_names_the_guides_and_they_exist(zeta):
     readme = (zeta / "README.md").read_text()
     for guide in ("writing-a-kernel", "runtime-adapter", "custom-ops", "releasing"):

@@ -32,7 +32,7 @@ GENERATED_CPP = (
     "guard.cpp", "hooks.cpp", "minimal_ops.cpp", "copies.cpp", "fallback.h",
     "fallback_device_only.h", "fallback.cpp", "fallback_device_only.cpp", "kernels.h",
     "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
-    "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp",
+    "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -42,7 +42,7 @@ STATIC_GLUE = frozenset({
     "runtime_adapter.h", "host_sync.h", "backend.h", "kernel_api.h", "runtime_init.cpp",
     "host_sync.cpp", "allocator.h", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
     "copies.cpp", "fallback.h", "fallback_device_only.h", "fallback.cpp", "native_ops.h",
-    "host_kernels.h", "host_kernels.cpp", "python_module.cpp",
+    "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
@@ -476,6 +476,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "runtime_copy_strided": "true" if "copy_strided" in d.runtime_primitives else "false",
         "runtime_host_kernels": "true" if "host_kernels" in d.runtime_primitives else "false",
         "runtime_pinned_host": "true" if "pinned_host" in d.runtime_primitives else "false",
+        "runtime_ipc": "true" if "ipc" in d.runtime_primitives else "false",
+        "collectives_native": "true" if d.collectives == "native" else "false",
+        "comm_backend": d.comm_backend or "",
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",

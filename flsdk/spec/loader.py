@@ -379,6 +379,12 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         errors.add(doc.error(("comm_backend",), f"{comm!r} is a torch.distributed backend already",
                              f"a name of your own, e.g. {name or 'mychip'}ccl"))
 
+    if ok("collectives") and data.get("collectives") == "native" and not comm:
+        errors.add(doc.error(("collectives",), "`collectives: native` registers the backend's "
+                             "collective library with torch.distributed under `comm_backend`, "
+                             "which is not set",
+                             f"comm_backend: {name or 'mychip'}ccl"))
+
     native: list[tuple[int, NativeSelection]] = []
     entries = data.get("native", [])
     for j, item in enumerate(entries if isinstance(entries, list) else []):
@@ -467,6 +473,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         memory_model=memory_model,
         kernel_launch=data.get("kernel_launch", "inline"),
         runtime_primitives=primitives,
+        collectives=data.get("collectives", "staged"),
     )
     return loaded
 

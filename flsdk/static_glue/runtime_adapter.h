@@ -103,7 +103,8 @@ const char* last_error();
 // ---- Optional primitives ------------------------------------------------------
 // Declared for every backend, called only when device.yaml's
 // `runtime_primitives:` list names them (config::kRuntimeHasMemset,
-// kRuntimeHasCopyStrided, kRuntimeHasHostKernels, kRuntimeHasPinnedHost): a
+// kRuntimeHasCopyStrided, kRuntimeHasHostKernels, kRuntimeHasPinnedHost,
+// kRuntimeHasIpc): a
 // runtime that does not list one need not define it. memset and copy_strided
 // are queued on `stream` like memcpy. Either may return Unsupported for a call
 // it does not handle; the glue then takes its next path: a native kernel of the
@@ -158,5 +159,34 @@ void* device_view(const void* device_ptr);
 // least 64 bytes; return OutOfMemory when the driver has no more to give.
 Status host_alloc(std::size_t bytes, void** ptr);
 Status host_free(void* ptr);
+
+// ipc: device memory and events shared between processes of one machine, as
+// CUDA's IPC handles: what torch.multiprocessing needs to hand a device tensor
+// to another process (as an argument or through a Queue), the consumer then
+// reading and writing the producer's memory in place.
+// ipc_get_mem_handle names the allocation that starts at `base` (a pointer
+// malloc returned on `device`) so that another process can open it. In that
+// process, ipc_open_mem_handle gives a device address of `device` for the same
+// bytes (valid for memcpy, kernels and the collective library as any
+// allocation of that device is), until ipc_close_mem_handle; opening a handle
+// of this process itself is refused (InvalidValue). The producer keeps the
+// allocation alive while consumers use it (the glue holds the tensor until
+// every consumer has closed it).
+// ipc_get_event_handle names `event` as last recorded; in another process
+// ipc_open_event_handle gives an event that stream_wait_event,
+// event_synchronize and event_query treat as that record (destroy it with
+// event_destroy). Handles are plain bytes: they travel through pickles.
+constexpr std::size_t kIpcHandleBytes = 64;
+struct IpcMemHandle {
+  unsigned char bytes[kIpcHandleBytes];
+};
+struct IpcEventHandle {
+  unsigned char bytes[kIpcHandleBytes];
+};
+Status ipc_get_mem_handle(int device, void* base, IpcMemHandle* handle);
+Status ipc_open_mem_handle(int device, const IpcMemHandle& handle, void** ptr);
+Status ipc_close_mem_handle(int device, void* ptr);
+Status ipc_get_event_handle(int device, Event event, IpcEventHandle* handle);
+Status ipc_open_event_handle(int device, const IpcEventHandle& handle, Event* event);
 
 }  // namespace FLSDK_BACKEND_NS::runtime
