@@ -37,7 +37,10 @@ def _article_all_reduce(rank: int) -> None:
     dist.all_reduce(t)
     assert t.device.type == "acme"
     assert torch.equal(t.cpu(), torch.full((1000,), 3.0)), t[:4]
-    assert dist.get_backend() == "gloo_acme"
+    # acme tensors through gloo (staged by acme's C++ group), CPU tensors through gloo
+    assert dist.get_backend() == "cpu:gloo,acme:gloo_acme"
+    group_backend = dist.group.WORLD._get_backend(torch.device(f"acme:{rank}"))
+    assert group_backend.name() == "gloo_acme" and not group_backend.native
     dist.destroy_process_group()
 
 

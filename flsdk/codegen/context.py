@@ -33,6 +33,8 @@ GENERATED_CPP = (
     "fallback_device_only.h", "fallback.cpp", "fallback_device_only.cpp", "kernels.h",
     "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
     "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
+    "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
+    "python_distributed.h", "python_distributed.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -43,6 +45,8 @@ STATIC_GLUE = frozenset({
     "host_sync.cpp", "allocator.h", "allocator.cpp", "guard.cpp", "hooks.cpp", "minimal_ops.cpp",
     "copies.cpp", "fallback.h", "fallback_device_only.h", "fallback.cpp", "native_ops.h",
     "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
+    "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
+    "python_distributed.h", "python_distributed.cpp",
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
@@ -51,7 +55,8 @@ STATIC_TOOLS = ("check_symbols.py",)
 # torch_fl installed; the generated backend.py and device_module.py call it with the
 # backend's name and facts.
 BACKEND_GLUE_DIR = "torch_fl/backend_glue"
-BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py")
+BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py",
+                "distributed.py", "c10d_default_backend.py")
 
 # Unity groups of the glue (CMake UNITY_BUILD_MODE GROUP, sources.cmake's
 # flsdk_glue_unity_build): the glue files of a group compile as one translation
@@ -68,6 +73,10 @@ GLUE_UNITY_GROUPS = {
                      "allocator.cpp", "runtime_init.cpp", "host_sync.cpp"),
     "flsdk_glue_b": ("python_module.cpp", "fallback.cpp", "copies.cpp", "fallback_device_only.cpp",
                      "hooks.cpp", "host_kernels.cpp"),
+    # The c10d process group: its files share torch's distributed headers (Backend.hpp
+    # pulls in all of ATen), parsed once for the five.
+    "flsdk_glue_dist": ("process_group.cpp", "comm_work.cpp", "comm_native.cpp",
+                        "comm_staged.cpp", "python_distributed.cpp"),
 }
 
 # The kernel registrations are split over several translation units, as torchgen
@@ -479,6 +488,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "runtime_ipc": "true" if "ipc" in d.runtime_primitives else "false",
         "collectives_native": "true" if d.collectives == "native" else "false",
         "comm_backend": d.comm_backend or "",
+        "dtype_scalar_types": "".join(f'"{DTYPES[t].scalar_type}", ' for t in d.dtypes),
         "fused_attention": "true" if {
             "_scaled_dot_product_fused_attention_overrideable",
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",

@@ -20,6 +20,25 @@ std::mutex g_warned_mutex;
 std::set<std::string> g_warned;
 thread_local int t_reason_override = -1;
 
+std::atomic<void (*)()> g_async_poll{nullptr};
+std::atomic<bool> g_async_pending{false};
+std::mutex g_async_mutex;
+std::string g_async_error;
+
+// After every host wait: the device's work may have failed asynchronously.
+void raise_async_error() {
+  if (auto poll = g_async_poll.load(std::memory_order_acquire)) poll();
+  if (!g_async_pending.load(std::memory_order_acquire)) return;
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(g_async_mutex);
+    message = std::move(g_async_error);
+    g_async_error.clear();
+    g_async_pending.store(false, std::memory_order_release);
+  }
+  if (!message.empty()) TORCH_CHECK(false, message);
+}
+
 bool implicit(HostWait why) { return why != HostWait::Synchronize && why != HostWait::Event; }
 
 // Counts the wait; in debug mode reports (or refuses) an implicit one.
@@ -59,17 +78,28 @@ const char* host_wait_name(HostWait why) {
 void host_wait_stream(int device, runtime::Stream stream, HostWait why, const char* what) {
   before_wait(why, what);
   check_status(runtime::stream_synchronize(device, stream), "stream_synchronize");
+  raise_async_error();
 }
 
 void host_wait_device(int device, HostWait why, const char* what) {
   before_wait(why, what);
   check_status(runtime::device_synchronize(device), "device_synchronize");
+  raise_async_error();
 }
 
 void host_wait_event(int device, runtime::Event event, HostWait why, const char* what) {
   before_wait(why, what);
   check_status(runtime::event_synchronize(device, event), "event_synchronize");
+  raise_async_error();
 }
+
+void report_async_error(const std::string& message) {
+  std::lock_guard<std::mutex> lock(g_async_mutex);
+  if (g_async_error.empty()) g_async_error = message;
+  g_async_pending.store(true, std::memory_order_release);
+}
+
+void set_async_error_poll(void (*poll)()) { g_async_poll.store(poll, std::memory_order_release); }
 
 std::array<std::uint64_t, kHostWaitReasons> host_wait_counts() {
   std::array<std::uint64_t, kHostWaitReasons> out{};

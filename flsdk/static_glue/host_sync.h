@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "device_config.h"
 #include "runtime_adapter.h"
@@ -39,6 +40,17 @@ const char* host_wait_name(HostWait why);  // "copy_to_host", "item", ...
 void host_wait_stream(int device, runtime::Stream stream, HostWait why, const char* what);
 void host_wait_device(int device, HostWait why, const char* what);
 void host_wait_event(int device, runtime::Event event, HostWait why, const char* what);
+
+// Errors the device found asynchronously, outside any call the host made (a
+// collective of the c10d backend that timed out, a peer process that exited):
+// the next host wait of any thread raises the first one as a c10::Error, once,
+// as CUDA reports a failed kernel at the next synchronization, so a tensor the
+// failed work should have written is never read as if it were right.
+// `poll` (set by the distributed glue while a process group lives, else null)
+// runs before that check in every host wait, so an error the collective library
+// found just now is raised at this wait, not at a later one.
+void report_async_error(const std::string& message);
+void set_async_error_poll(void (*poll)());
 
 std::array<std::uint64_t, kHostWaitReasons> host_wait_counts();
 void reset_host_wait_counts();

@@ -19,6 +19,7 @@
 #include "fallback.h"
 #include "host_kernels.h"
 #include "native_ops.h"
+#include "python_distributed.h"
 
 namespace py = pybind11;
 
@@ -141,4 +142,5 @@ PYBIND11_MODULE(_C, m) {
   m.attr("display_name") = config::kDisplayName;
   m.attr("memory_model") = config::kMemoryModel;
   m.attr("kernels_launch_on_streams") = config::kKernelsLaunchOnStreams;
+  bind_distributed(m);
 }

@@ -147,6 +147,10 @@ class BackendLoader:
                         for_packed_sequence=True)
                     self._methods_generated = True
                 native.init()
+                # The device's c10d backend, under device.yaml's comm_backend: a torchrun
+                # script's init_process_group finds it without importing torch_fl.
+                from .distributed import register_from_descriptor
+                register_from_descriptor(self.name, native, self.descriptor)
                 atexit.register(let_autograd_threads_settle)
                 self.install_compile_fallback()
                 install_device_defaults(torch, self.name, self.descriptor.get("amp_dtypes") or ())
