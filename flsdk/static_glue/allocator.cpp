@@ -176,6 +176,16 @@ class DeviceCache {
     stats_.num_device_free = 0;
   }
 
+  // The segment (one runtime allocation) that `block` lies in.
+  std::pair<void*, std::size_t> segment_of(Block* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* head = block;
+    while (head->prev) head = head->prev;
+    std::size_t size = 0;
+    for (Block* b = head; b; b = b->next) size += b->size;
+    return {head->ptr, size};
+  }
+
   void snapshot(std::vector<SegmentInfo>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Block* head : segments_) {
@@ -502,6 +512,16 @@ class CachingAllocator final : public c10::DeviceAllocator {
     return out;
   }
 
+  bool allocation_of(const void* context, c10::DeleterFnPtr deleter, void** base,
+                     std::size_t* size) {
+    if (deleter != &CachingAllocator::deleter || !context) return false;
+    auto* block = static_cast<Block*>(const_cast<void*>(context));
+    auto [head, bytes] = cache(block->device).segment_of(block);
+    *base = head;
+    *size = bytes;
+    return true;
+  }
+
  private:
   static void deleter(void* context) {
     auto* block = static_cast<Block*>(context);
@@ -553,6 +573,11 @@ std::map<std::string, double> get_config() {
 void empty_cache() { g_allocator->emptyCache({0, 0}); }
 
 std::vector<SegmentInfo> snapshot() { return g_allocator->snapshot(); }
+
+bool allocation_of(const void* data_context, void (*data_deleter)(void*), void** base,
+                   std::size_t* size) {
+  return g_allocator->allocation_of(data_context, data_deleter, base, size);
+}
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, g_allocator)
 

@@ -30,4 +30,10 @@ struct SegmentInfo {
 };
 std::vector<SegmentInfo> snapshot();
 
+// The runtime allocation (what runtime::malloc returned, and its size) that
+// holds the memory of `data`, a DataPtr of this allocator; false for memory
+// the caching allocator did not hand out (IPC shares allocations, ipc.cpp).
+bool allocation_of(const void* data_context, void (*data_deleter)(void*), void** base,
+                   std::size_t* size);
+
 }  // namespace FLSDK_BACKEND_NS::allocator

@@ -23,8 +23,9 @@ void check_ccl(runtime::Status status, const GroupInfo& info, const char* call,
                const char* what) {
   if (status == runtime::Status::Ok) return;
   const char* message = ccl::last_error();
-  TORCH_CHECK_WITH(DistBackendError, false, info.backend_name, ": ", what, " on ",
-                   info.describe(), ": ccl::", call, " failed: ",
+  // `what` names the backend and the collective ("acmeccl all_reduce").
+  TORCH_CHECK_WITH(DistBackendError, false, what, " on ", info.describe(), ": ccl::", call,
+                   " failed: ",
                    (message && *message) ? message : "no message from the collective library");
 }
 
@@ -133,8 +134,8 @@ class NativeEngine final : public Engine {
   ccl::Comm communicator(c10::DeviceIndex device, const char* what) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      TORCH_CHECK_WITH(DistBackendError, !aborted_, info_.backend_name, ": ", what, " on ",
-                       info_.describe(), ": the communicator was aborted");
+      TORCH_CHECK_WITH(DistBackendError, !aborted_, what, " on ", info_.describe(),
+                       ": the communicator was aborted");
       auto it = comms_.find(device);
       if (it != comms_.end()) return it->second;
     }

@@ -58,6 +58,11 @@ void divide_for_average(at::Tensor& host, int size) {
   }
 }
 
+bool reduces(CommOp::Kind kind) {
+  return kind == CommOp::Kind::AllReduce || kind == CommOp::Kind::Reduce ||
+         kind == CommOp::Kind::ReduceScatter;
+}
+
 bool shares_memory(const at::Tensor& a, const at::Tensor& b) {
   if (!a.defined() || !b.defined()) return false;
   return a.storage().is_alias_of(b.storage());
@@ -204,7 +209,7 @@ class StagedEngine final : public Engine {
       if (failure.empty() && aborted_) failure = "the group was aborted";
     }
     if (!failure.empty()) {
-      task.work->fail(info_.backend_name + ": " + task.work->what() + " on " + info_.describe() +
+      task.work->fail(task.work->what() + " on " + info_.describe() +
                       " refused: the group failed earlier: " + failure);
       return;
     }
@@ -229,12 +234,28 @@ class StagedEngine final : public Engine {
     }
   }
 
+  // A collective whose gloo work failed (a peer gone, gloo's timeout) leaves the
+  // ranks out of step: the group fails for good. One refused before gloo ran
+  // (an argument gloo does not take) fails alone.
   void fail(const c10::intrusive_ptr<Work>& work, const std::exception& e) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
-    work->fail(info_.backend_name + ": " + work->what() + " failed: " + message);
+    const bool fatal = gloo_failed_;
+    gloo_failed_ = false;
+    work->fail(work->what() + " on " + info_.describe() + " failed: " + message);
+    if (!fatal) return;
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_.empty()) error_ = work->what() + " failed: " + message;
+  }
+
+  // Waits for a gloo work; an error there is a failure of the group.
+  void wait_gloo(const c10::intrusive_ptr<c10d::Work>& work) {
+    try {
+      work->wait();
+    } catch (...) {
+      gloo_failed_ = true;
+      throw;
+    }
   }
 
   // Makes the communication stream current and waits for the caller's event.
@@ -290,39 +311,46 @@ class StagedEngine final : public Engine {
   // Runs one collective on host memory; the host tensor to write back to
   // op.recv, or an undefined tensor when this rank receives nothing.
   at::Tensor run_gloo(const CommOp& op, at::Tensor& host) {
+    if (host.scalar_type() == c10::kShort && reduces(op.kind)) {
+      // gloo has no int16: reduce in int32 (sums and products wrap the same way
+      // once narrowed back) and narrow back.
+      at::Tensor wide = host.to(c10::kInt);
+      at::Tensor result = run_gloo(op, wide);
+      return result.defined() ? result.to(c10::kShort) : result;
+    }
     using K = CommOp::Kind;
     std::vector<at::Tensor> one{host};
     switch (op.kind) {
       case K::AllReduce: {
         c10d::AllreduceOptions opts;
         opts.reduceOp = gloo_op(op.op);
-        gloo_->allreduce(one, opts)->wait();
+        wait_gloo(gloo_->allreduce(one, opts));
         if (op.op == ccl::ReduceOp::Avg) divide_for_average(host, info_.size);
         return host;
       }
       case K::Broadcast: {
         c10d::BroadcastOptions opts;
         opts.rootRank = op.root;
-        gloo_->broadcast(one, opts)->wait();
+        wait_gloo(gloo_->broadcast(one, opts));
         return host;
       }
       case K::Reduce: {
         if (op.op == ccl::ReduceOp::Avg) {  // gloo has no AVG: every rank gets the mean
           c10d::AllreduceOptions opts;
-          gloo_->allreduce(one, opts)->wait();
+          wait_gloo(gloo_->allreduce(one, opts));
           divide_for_average(host, info_.size);
         } else {
           c10d::ReduceOptions opts;
           opts.reduceOp = gloo_op(op.op);
           opts.rootRank = op.root;
-          gloo_->reduce(one, opts)->wait();
+          wait_gloo(gloo_->reduce(one, opts));
         }
         return info_.rank == op.root ? host : at::Tensor();
       }
       case K::AllGather: {
         auto out = pinned_empty(op.recv.numel(), op.recv.scalar_type());
         c10d::AllgatherOptions opts;
-        gloo_->_allgather_base(out, host, opts)->wait();
+        wait_gloo(gloo_->_allgather_base(out, host, opts));
         return out;
       }
       case K::ReduceScatter: {
@@ -330,7 +358,7 @@ class StagedEngine final : public Engine {
         // reduce_scatter lacks AVG and some dtypes, and the bytes are on the host.
         c10d::AllreduceOptions opts;
         opts.reduceOp = gloo_op(op.op);
-        gloo_->allreduce(one, opts)->wait();
+        wait_gloo(gloo_->allreduce(one, opts));
         if (op.op == ccl::ReduceOp::Avg) divide_for_average(host, info_.size);
         const auto n = op.recv.numel();
         return host.narrow(0, static_cast<int64_t>(info_.rank) * n, n);
@@ -340,7 +368,7 @@ class StagedEngine final : public Engine {
         std::vector<int64_t> out_splits(op.recv_counts.begin(), op.recv_counts.end());
         std::vector<int64_t> in_splits(op.send_counts.begin(), op.send_counts.end());
         c10d::AllToAllOptions opts;
-        gloo_->alltoall_base(out, host, out_splits, in_splits, opts)->wait();
+        wait_gloo(gloo_->alltoall_base(out, host, out_splits, in_splits, opts));
         return out;
       }
       case K::Send:
@@ -389,7 +417,10 @@ class StagedEngine final : public Engine {
           std::unique_lock<std::mutex> lock(mutex_);
           if (!block && !r.state->done) return;
           wake_.wait(lock, [&] { return r.state->done; });
-          if (r.state->error) std::rethrow_exception(r.state->error);
+          if (r.state->error) {
+            gloo_failed_ = true;
+            std::rethrow_exception(r.state->error);
+          }
         }
         at::AutoDispatchBelowADInplaceOrView no_autograd;
         OnCommStream on(*this, r.task);
@@ -414,6 +445,7 @@ class StagedEngine final : public Engine {
   bool aborted_ = false;
   bool stop_ = false;
   std::deque<Running> running_;  // the worker thread only (its `state` under mutex_)
+  bool gloo_failed_ = false;     // the worker thread only: the error came from gloo's wait
   std::condition_variable waiter_wake_;
   std::deque<std::pair<std::vector<c10::intrusive_ptr<c10d::Work>>, std::shared_ptr<GlooDone>>>
       waiting_;

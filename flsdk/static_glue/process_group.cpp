@@ -250,7 +250,7 @@ milliseconds ProcessGroup::timeout_of(milliseconds requested) const {
 
 void ProcessGroup::check_healthy(const char* what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK_WITH(DistBackendError, error_.empty(), info_.backend_name, ": ", what, " on ",
+  TORCH_CHECK_WITH(DistBackendError, error_.empty(), info_.backend_name, " ", what, " on ",
                    info_.describe(), " refused: the group failed earlier: ", error_);
 }
 

@@ -19,6 +19,7 @@
 #include "fallback.h"
 #include "host_kernels.h"
 #include "native_ops.h"
+#include "ipc.h"
 #include "python_distributed.h"
 
 namespace py = pybind11;
@@ -143,4 +144,5 @@ PYBIND11_MODULE(_C, m) {
   m.attr("memory_model") = config::kMemoryModel;
   m.attr("kernels_launch_on_streams") = config::kKernelsLaunchOnStreams;
   bind_distributed(m);
+  ipc::bind(m);
 }

@@ -151,6 +151,10 @@ class BackendLoader:
                 # script's init_process_group finds it without importing torch_fl.
                 from .distributed import register_from_descriptor
                 register_from_descriptor(self.name, native, self.descriptor)
+                # Its tensors through torch.multiprocessing (queues, process arguments).
+                if hasattr(native, "_ipc_share"):
+                    from .multiprocessing import install as install_sharing
+                    install_sharing(self.name, native)
                 atexit.register(let_autograd_threads_settle)
                 self.install_compile_fallback()
                 install_device_defaults(torch, self.name, self.descriptor.get("amp_dtypes") or ())
