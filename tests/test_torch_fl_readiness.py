@@ -113,9 +113,11 @@ def test_memory_limits_fail():
 
 def test_bandwidth_below_the_minimum_fails(monkeypatch):
     rows = [{"bytes": 1 << 20, "seconds": 0.01, "bus_gbps": 0.1}]
-    monkeypatch.setattr(checklist, "_measure_bandwidth", lambda *a, **k: rows)
+    result = {"rows": rows, "name": "acmeccl", "engine": "native"}
+    monkeypatch.setattr(checklist, "_measure_bandwidth", lambda *a, **k: result)
     low = checklist._check_bandwidth(torch.device(DEVICE), 5.0, (1 << 20,), True)
     assert low.status == "fail" and "best 0.1 vs minimum 5" in low.summary
+    assert "(acmeccl, native)" in low.summary and low.evidence["engine"] == "native"
     assert checklist._check_bandwidth(torch.device(DEVICE), 0.05, (1 << 20,), True).status == \
         "pass"
 

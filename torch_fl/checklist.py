@@ -316,6 +316,9 @@ rank, world, path, device_type, sizes = (int(sys.argv[1]), int(sys.argv[2]), sys
 store = dist.FileStore(path, world)
 dev = torch_fl.init_distributed(f"{device_type}:{rank}", rank, world, store=store,
                                 timeout=datetime.timedelta(seconds=60))
+backend = dist.group.WORLD._get_backend(dev)
+engine = {"name": backend.name(),
+          "engine": {True: "native", False: "staged"}.get(getattr(backend, "native", None), "?")}
 rows = []
 for size in sizes:
     x = torch.ones(max(1, size // 4), device=dev)
@@ -331,7 +334,7 @@ for size in sizes:
     rows.append({"bytes": x.numel() * 4, "seconds": seconds})
 dist.destroy_process_group()
 if rank == 0:
-    print("RESULT " + json.dumps(rows))
+    print("RESULT " + json.dumps({"rows": rows, **engine}))
 """
 
 
@@ -356,10 +359,10 @@ def _measure_bandwidth(device_type: str, sizes, world: int = 2) -> list[dict[str
             raise RuntimeError(f"all_reduce worker failed (exit {p.returncode}): "
                                f"{err.strip().splitlines()[-1] if err.strip() else ''}")
     line = next(ln for ln in outputs[0][0].splitlines() if ln.startswith("RESULT "))
-    rows = json.loads(line[len("RESULT "):])
-    for r in rows:  # bus bandwidth, as NCCL's tests define it for all_reduce
+    result = json.loads(line[len("RESULT "):])
+    for r in result["rows"]:  # bus bandwidth, as NCCL's tests define it for all_reduce
         r["bus_gbps"] = 2 * (world - 1) / world * r["bytes"] / r["seconds"] / 1e9
-    return rows
+    return result
 
 
 def _check_bandwidth(device, min_gbps: float, sizes, measure: bool) -> Check:
@@ -373,14 +376,16 @@ def _check_bandwidth(device, min_gbps: float, sizes, measure: bool) -> Check:
     if count < 2:
         return Check("bandwidth", title, WARN, f"only {count} device: nothing to measure", ev)
     try:
-        rows = _measure_bandwidth(device.type, sizes)
+        result = _measure_bandwidth(device.type, sizes)
     except Exception as exc:
         ev["error"] = f"{type(exc).__name__}: {exc}"
         return Check("bandwidth", title, FAIL, f"all_reduce between 2 devices failed: {exc}", ev)
-    ev["sweep"] = rows
+    rows = result["rows"]
+    ev.update(sweep=rows, backend=result["name"], engine=result["engine"])
     best = max(r["bus_gbps"] for r in rows)
     sweep = ", ".join(f"{_human(r['bytes'])} {r['bus_gbps']:.3g}" for r in rows)
-    text = f"all_reduce bus bandwidth GB/s: {sweep}; best {best:.3g} vs minimum {min_gbps:g}"
+    text = (f"all_reduce bus bandwidth GB/s ({result['name']}, {result['engine']}): {sweep}; "
+            f"best {best:.3g} vs minimum {min_gbps:g}")
     return Check("bandwidth", title, PASS if best >= min_gbps else FAIL, text, ev)
 
 

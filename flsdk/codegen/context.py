@@ -34,7 +34,7 @@ GENERATED_CPP = (
     "register_kernels.h", "register_kernels.cpp", "native_ops.h", "native_ops.cpp",
     "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
-    "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp",
+    "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -46,7 +46,7 @@ STATIC_GLUE = frozenset({
     "copies.cpp", "fallback.h", "fallback_device_only.h", "fallback.cpp", "native_ops.h",
     "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
-    "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp",
+    "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
@@ -76,7 +76,7 @@ GLUE_UNITY_GROUPS = {
     # The c10d process group: its files share torch's distributed headers (Backend.hpp
     # pulls in all of ATen), parsed once for the five.
     "flsdk_glue_dist": ("process_group.cpp", "comm_work.cpp", "comm_native.cpp",
-                        "comm_staged.cpp", "python_distributed.cpp", "ipc.cpp"),
+                        "comm_staged.cpp", "python_distributed.cpp", "ipc.cpp", "ddp_timer.cpp"),
 }
 
 # The kernel registrations are split over several translation units, as torchgen
