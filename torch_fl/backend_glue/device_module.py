@@ -62,7 +62,7 @@ class DeviceModule:
         "empty_cache", "memory_stats", "memory_allocated", "max_memory_allocated",
         "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "mem_get_info",
         "set_memory_config", "get_memory_config",
-        "current_stream", "stream", "device", "Stream", "Event",
+        "current_stream", "stream", "device", "Stream", "Event", "ipc_collect",
     )
 
     def __init__(self, name, native, amp_dtypes):
@@ -209,6 +209,13 @@ class DeviceModule:
 
     def get_memory_config(self):
         return dict(self.native.get_memory_config())
+
+    def ipc_collect(self):
+        """Drop the device storages this process shared with other processes that no
+        consumer holds any more (torch.cuda.ipc_collect); returns how many are still
+        held."""
+        collect = getattr(self.native, "ipc_collect", None)
+        return collect() if collect is not None else 0
 
     def current_stream(self, device=None):
         return torch.accelerator.current_stream(self.index(device))
