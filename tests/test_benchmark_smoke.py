@@ -54,3 +54,22 @@ def test_compile_benchmark_quick_run(tmp_path, acme_backend):
         assert row["speedup"] > 0 and row["compiled_vs_cpu"] > 0
     assert transcendental["fusion_bound"] > 1 and "fusion_bound" not in arithmetic
     assert "fusion's bound" in proc.stdout
+
+
+@pytest.mark.slow
+def test_comm_benchmark_smoke_run_reports_every_mode(tmp_path, acme_backend):
+    """benchmarks/bench_comm.py runs end to end: every collective in every mode
+    (native, staged, gloo on CPU), memcpy, and the DDP/FSDP2 scaling rows."""
+    out = tmp_path / "comm.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_comm.py"), "--smoke",
+                           "--json", str(out)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    rows = data["bandwidth"]["rows"]
+    assert {(r["mode"], r["op"]) for r in rows} == {
+        (m, o) for m in ("native", "staged", "gloo-cpu")
+        for o in ("all_reduce", "all_gather", "reduce_scatter")}
+    assert all(r["bus_gbps"] > 0 for r in rows) and data["bandwidth"]["memcpy_gbps"] > 0
+    assert {"ddp_resnet18", "fsdp2_gpt", "ddp_resnet18_comm", "fsdp2_gpt_comm"} <= set(
+        data["scaling"]["ranks"])
+    assert "training steps, 1 rank vs 2 ranks" in proc.stdout
