@@ -79,6 +79,12 @@ GLUE_UNITY_GROUPS = {
                         "comm_staged.cpp", "python_distributed.cpp", "ipc.cpp", "ddp_timer.cpp"),
 }
 
+# What device.yaml's `collectives:` means, for the generated distributed tests' docstring.
+COLLECTIVES_MEANING = {
+    "native": "bytes move through the collective library of generated/ccl_adapter.h",
+    "staged": "bytes are staged through pinned host memory over gloo",
+}
+
 # The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
 # new kernel. An op's shard is a stable hash of its name (register_shard), so adding
@@ -549,6 +555,10 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           | {"test_names": CONFORMANCE_TESTS}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
                           {"codegen": d.compile.codegen}))
+    outputs.append(Output("tests/test_distributed.py.j2",
+                          f"tests/generated/test_{d.name}_distributed.py",
+                          {"collectives": d.collectives,
+                           "collectives_means": COLLECTIVES_MEANING[d.collectives]}))
     return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
                           custom_schemas=custom_schemas,
                           kernel_sigs=kernel_sigs, registered_ops=registered,

@@ -3,7 +3,10 @@ names the device. `import torch` loads the installed flsdk backend (acme, or a
 fresh scaffold), whose c10d backend registered itself; every scenario checks its
 results against the same computation on the CPU in this process.
 
-    torchrun --nproc-per-node 2 plain_distributed.py collectives ddp fsdp2 tp pipeline
+Run it by its path, not as a module (importing torch_fl.testing would import
+torch_fl; torch_fl.testing.distributed does this for tests):
+
+    torchrun --nproc-per-node 2 .../torch_fl/testing/distributed_script.py collectives ddp
 
 Options (environment): DIST_INIT = "none" (init_process_group(), the default),
 "device_id" (init_process_group(device_id=...)) or a backend string
