@@ -68,6 +68,13 @@ def test_four_ranks_with_a_two_dimensional_mesh():
 
 
 @pytest.mark.slow
+def test_functional_collectives_under_torch_compile():
+    """Default torch.compile (Inductor, caches off so it compiles) of a function with
+    all_reduce, all_gather and reduce_scatter: the same numbers as eager."""
+    torchrun(["compile"], env=environment(TORCHINDUCTOR_FORCE_DISABLE_CACHES="1"), timeout=600)
+
+
+@pytest.mark.slow
 def test_backend_name_forms():
     for how in ("acmeccl", "cpu:gloo,acme:acmeccl"):
         torchrun(["collectives"], env=environment(DIST_INIT=how))

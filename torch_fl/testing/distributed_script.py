@@ -479,6 +479,25 @@ def scenario_pipeline() -> None:
         close(p.grad, q.grad, "pipeline stage gradient", atol=1e-4)
 
 
+# ------------------------------------------------------------- torch.compile
+
+def scenario_compile() -> None:
+    """Functional collectives inside a compiled function (default torch.compile:
+    Inductor puts them in its graph as extern kernels and waits): == eager."""
+    import torch.distributed._functional_collectives as funcol
+
+    group = dist.group.WORLD
+
+    def f(x):
+        y = torch.relu(x) * 2
+        z = funcol.all_reduce(y, "sum", group)
+        g = funcol.all_gather_tensor(z + 1, 0, group)
+        return funcol.reduce_scatter_tensor(g * 3, "sum", 0, group) - 1
+
+    x = torch.arange(8.0 * WORLD, device=DEVICE) - 3 + RANK
+    close(torch.compile(f)(x), f(x), "compiled functional collectives == eager", atol=1e-5)
+
+
 # --------------------------------------------------------------- failures
 
 def scenario_kill() -> None:
@@ -516,6 +535,7 @@ SCENARIOS = {
     "fsdp2": scenario_fsdp2,
     "tp": scenario_tp,
     "pipeline": scenario_pipeline,
+    "compile": scenario_compile,
     "kill": scenario_kill,
 }
 
