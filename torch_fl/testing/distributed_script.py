@@ -31,11 +31,23 @@ import torch.nn as nn
 # torch 2.13 renames all_gather_into_tensor & co.; users still call the old names
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-RANK = int(os.environ["RANK"])
-WORLD = int(os.environ["WORLD_SIZE"])
-LOCAL_RANK = int(os.environ.get("LOCAL_RANK", RANK))
-DEVICE_TYPE = torch.accelerator.current_accelerator().type
-DEVICE = torch.device(DEVICE_TYPE, LOCAL_RANK % torch.accelerator.device_count())
+# This rank's place, set by setup() from torchrun's environment (importing this
+# file does nothing: run it by path).
+RANK = WORLD = LOCAL_RANK = 0
+DEVICE_TYPE = "cpu"
+DEVICE = torch.device("cpu")
+
+
+def setup() -> None:
+    global RANK, WORLD, LOCAL_RANK, DEVICE_TYPE, DEVICE
+    RANK = int(os.environ["RANK"])
+    WORLD = int(os.environ["WORLD_SIZE"])
+    LOCAL_RANK = int(os.environ.get("LOCAL_RANK", RANK))
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None:
+        raise SystemExit("no accelerator: is the flsdk backend installed and loaded by import torch?")
+    DEVICE_TYPE = accelerator.type
+    DEVICE = torch.device(DEVICE_TYPE, LOCAL_RANK % torch.accelerator.device_count())
 
 
 def check(cond: bool, what: str) -> None:
@@ -544,6 +556,7 @@ def main(names: list[str]) -> None:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
+    setup()
     init()
     for name in names:
         SCENARIOS[name]()
