@@ -579,9 +579,10 @@ acmeError_t ipc_arena_offset(int device, const void* p, size_t n, const char* wh
     return fail(acmeErrorInvalidValue, "%s %p is not memory of device %d of this process", what,
                 p, device);
   }
-  if (n) {
-    if (auto e = a.check_range(p, n, what)) return e;
-  }
+  if (n && !a.live_file_range(a.file_offset(p), n))
+    return fail(acmeErrorInvalidValue,
+                "%s [%p, +%zu) overruns its allocation of device %d (or is not in a live one)",
+                what, p, n, device);
   *off = a.file_offset(p);
   return acmeSuccess;
 }
