@@ -291,7 +291,7 @@ acmecclResult_t join(const RankInfo& mine, const IdBytes& id, int64_t timeout_ms
                 "%s) did not answer; it did not call comm_init, or exited",
                 mine.rank, mine.nranks, static_cast<long long>(timeout_ms),
                 addr_text(id.addr, id.port).c_str());
-  const auto grace = deadline + std::chrono::milliseconds(2000);
+  const auto grace = deadline + std::chrono::milliseconds(1000);
   Reply rep{};
   const bool sent = send_all(fd, &mine, sizeof mine, deadline);
   if (!sent || !recv_all(fd, &rep, sizeof rep, grace) || rep.magic != kReplyMagic) {

@@ -89,6 +89,29 @@ void Box::bind(void* base, int n) {
 
 std::atomic<uint64_t> g_fork_epoch{0};
 
+char* Comm::view_of(const ArenaId& a) {
+  for (int r : local) {
+    const RankInfo& ri = info[static_cast<size_t>(r)];
+    if (ri.pid == a.pid && ri.nonce == a.nonce && ri.arena_uid == a.uid)
+      return views[static_cast<size_t>(r)];
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  for (auto& [id, view] : extra_views)
+    if (id == a) return view;
+  acme_internal::ArenaRef ref;
+  ref.proc.pid = a.pid;
+  ref.proc.nonce = a.nonce;
+  ref.uid = a.uid;
+  char* view = nullptr;
+  if (acme_internal::ipc_map_arena(ref, &view) != acmeSuccess)
+    throw Failure(strprintf("acmeccl: %s: cannot reach the device memory of process %d that a "
+                            "buffer lies in: %s",
+                            where().c_str(), a.pid, acmeGetLastErrorString()));
+  extra_views.emplace_back(a, view);
+  mapped_arenas.push_back(ref);
+  return view;
+}
+
 Comm::~Comm() {
   if (box_key) acme_internal::ipc_unregister_fd(box_key);
   for (auto& ref : mapped_arenas) acme_internal::ipc_unmap_arena(ref);
@@ -215,12 +238,16 @@ acmecclResult_t bytes_of(size_t count, int dtype, size_t times, const char* call
   return acmecclSuccess;
 }
 
-// The file offset of [p, p+n) in the communicator's device memory.
+// Where [p, p+n) of the communicator's device lives for the peers: its arena
+// (this process's device memory, or the owner's of memory opened from an IPC
+// handle) and the file offset there.
 acmecclResult_t offset_of(const Comm& c, const void* p, size_t n, const char* call,
-                          const char* what, uint64_t* off) {
+                          const char* what, ArenaId* arena, uint64_t* off) {
   const std::string label = strprintf("acmeccl: %s: %s", call, what);
-  if (acme_internal::ipc_arena_offset(c.device, p, n, label.c_str(), off) != acmeSuccess)
+  acme_internal::ArenaRef ref;
+  if (acme_internal::ipc_locate(c.device, p, n, label.c_str(), &ref, off) != acmeSuccess)
     return fail_str(acmecclInvalidArgument, acmeGetLastErrorString());
+  *arena = ArenaId{ref.proc.pid, 0, ref.proc.nonce, ref.uid};
   return acmecclSuccess;
 }
 
@@ -450,8 +477,8 @@ acmecclResult_t acmecclAllReduce(const void* send, void* recv, size_t count,
   if (count == 0) return acmecclSuccess;
   size_t bytes = 0;
   if (auto r = bytes_of(count, dtype, 1, call, &bytes)) return r;
-  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_off)) return r;
-  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_off)) return r;
+  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_arena, &p.op.send_off)) return r;
+  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_arena, &p.op.recv_off)) return r;
   p.op.count = count;
   return submit_coll(p.c, stream, std::move(p.op), call);
 }
@@ -469,9 +496,9 @@ acmecclResult_t acmecclBroadcast(const void* send, void* recv, size_t count,
   size_t bytes = 0;
   if (auto r = bytes_of(count, dtype, 1, call, &bytes)) return r;
   if (p.c->rank == root) {
-    if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_off)) return r;
+    if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_arena, &p.op.send_off)) return r;
   }
-  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_off)) return r;
+  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_arena, &p.op.recv_off)) return r;
   p.op.count = count;
   p.op.root = root;
   return submit_coll(p.c, stream, std::move(p.op), call);
@@ -489,9 +516,9 @@ acmecclResult_t acmecclReduce(const void* send, void* recv, size_t count, acmecc
   if (count == 0) return acmecclSuccess;
   size_t bytes = 0;
   if (auto r = bytes_of(count, dtype, 1, call, &bytes)) return r;
-  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_off)) return r;
+  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_arena, &p.op.send_off)) return r;
   if (p.c->rank == root) {
-    if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_off)) return r;
+    if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_arena, &p.op.recv_off)) return r;
   }
   p.op.count = count;
   p.op.root = root;
@@ -508,8 +535,8 @@ acmecclResult_t acmecclAllGather(const void* send, void* recv, size_t send_count
   size_t bytes = 0, all = 0;
   if (auto r = bytes_of(send_count, dtype, 1, call, &bytes)) return r;
   if (auto r = bytes_of(send_count, dtype, static_cast<size_t>(p.c->nranks), call, &all)) return r;
-  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_off)) return r;
-  if (auto r = offset_of(*p.c, recv, all, call, "recv buffer", &p.op.recv_off)) return r;
+  if (auto r = offset_of(*p.c, send, bytes, call, "send buffer", &p.op.send_arena, &p.op.send_off)) return r;
+  if (auto r = offset_of(*p.c, recv, all, call, "recv buffer", &p.op.recv_arena, &p.op.recv_off)) return r;
   p.op.count = send_count;
   return submit_coll(p.c, stream, std::move(p.op), call);
 }
@@ -524,8 +551,8 @@ acmecclResult_t acmecclReduceScatter(const void* send, void* recv, size_t recv_c
   size_t bytes = 0, all = 0;
   if (auto r = bytes_of(recv_count, dtype, 1, call, &bytes)) return r;
   if (auto r = bytes_of(recv_count, dtype, static_cast<size_t>(p.c->nranks), call, &all)) return r;
-  if (auto r = offset_of(*p.c, send, all, call, "send buffer", &p.op.send_off)) return r;
-  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_off)) return r;
+  if (auto r = offset_of(*p.c, send, all, call, "send buffer", &p.op.send_arena, &p.op.send_off)) return r;
+  if (auto r = offset_of(*p.c, recv, bytes, call, "recv buffer", &p.op.recv_arena, &p.op.recv_off)) return r;
   p.op.count = recv_count;
   return submit_coll(p.c, stream, std::move(p.op), call);
 }
@@ -542,10 +569,6 @@ acmecclResult_t acmecclAllToAllv(const void* send, const size_t* send_counts,
   const size_t n = static_cast<size_t>(p.c->nranks);
   p.op.a2a.assign(4 * n, 0);
   bool any_send = false, any_recv = false;
-  for (size_t q = 0; q < n; ++q) {
-    any_send |= send_counts[q] > 0;
-    any_recv |= recv_counts[q] > 0;
-  }
   // Each block is checked against the live allocation; offsets are kept relative
   // to the buffer's file offset (so a zero-sized rank may pass any pointer).
   for (size_t q = 0; q < n; ++q) {
@@ -554,19 +577,28 @@ acmecclResult_t acmecclAllToAllv(const void* send, const size_t* send_counts,
     if (auto r = bytes_of(recv_counts[q], dtype, 1, call, &rb)) return r;
     if (auto r = bytes_of(send_offsets[q], dtype, 1, call, &so)) return r;
     if (auto r = bytes_of(recv_offsets[q], dtype, 1, call, &ro)) return r;
+    // Every block of one buffer lies in the same device memory (one arena).
+    auto place = [&](const void* at, size_t len, const char* what, bool send_side,
+                     uint64_t* off) -> acmecclResult_t {
+      ArenaId a;
+      const std::string label = strprintf("%s block for rank %zu", what, q);
+      if (auto r = offset_of(*p.c, at, len, call, label.c_str(), &a, off)) return r;
+      bool& seen = send_side ? any_send : any_recv;
+      ArenaId& arena = send_side ? p.op.send_arena : p.op.recv_arena;
+      if (seen && !(arena == a))
+        return fail(acmecclInvalidArgument,
+                    "acmeccl: all_to_all: the %s blocks lie in different allocations", what);
+      seen = true;
+      arena = a;
+      return acmecclSuccess;
+    };
     if (sb) {
-      uint64_t off;
-      const std::string what = strprintf("send block for rank %zu", q);
-      if (auto r = offset_of(*p.c, static_cast<const char*>(send) + so, sb, call, what.c_str(), &off))
+      if (auto r = place(static_cast<const char*>(send) + so, sb, "send", true, &p.op.a2a[0 * n + q]))
         return r;
-      p.op.a2a[0 * n + q] = off;
     }
     if (rb) {
-      uint64_t off;
-      const std::string what = strprintf("recv block for rank %zu", q);
-      if (auto r = offset_of(*p.c, static_cast<char*>(recv) + ro, rb, call, what.c_str(), &off))
+      if (auto r = place(static_cast<char*>(recv) + ro, rb, "recv", false, &p.op.a2a[2 * n + q]))
         return r;
-      p.op.a2a[2 * n + q] = off;
     }
     p.op.a2a[1 * n + q] = sb;
     p.op.a2a[3 * n + q] = rb;
@@ -592,7 +624,7 @@ acmecclResult_t acmecclSend(const void* buf, size_t count, acmecclDataType_t dty
   op.peer = peer;
   if (auto r = bytes_of(count, dtype, 1, call, &op.bytes)) return r;
   if (op.bytes) {
-    if (auto r = offset_of(*c, buf, op.bytes, call, "buffer", &op.off)) return r;
+    if (auto r = offset_of(*c, buf, op.bytes, call, "buffer", &op.arena, &op.off)) return r;
   }
   return submit_p2p(c, stream, op, call);
 }
@@ -612,7 +644,7 @@ acmecclResult_t acmecclRecv(void* buf, size_t count, acmecclDataType_t dtype, in
   op.peer = peer;
   if (auto r = bytes_of(count, dtype, 1, call, &op.bytes)) return r;
   if (op.bytes) {
-    if (auto r = offset_of(*c, buf, op.bytes, call, "buffer", &op.off)) return r;
+    if (auto r = offset_of(*c, buf, op.bytes, call, "buffer", &op.arena, &op.off)) return r;
   }
   return submit_p2p(c, stream, op, call);
 }

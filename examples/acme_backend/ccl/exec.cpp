@@ -168,8 +168,11 @@ class Exec {
     die(cause);
   }
 
-  char* view(int r, uint64_t off) { return c_.views[static_cast<size_t>(r)] + off; }
   const Desc& desc(int r) { return c_.boxes[static_cast<size_t>(r)].h->desc; }
+  char* at(const ArenaId& a, uint64_t off) { return c_.view_of(a) + off; }
+  // Rank r's send and recv buffers of the current collective (r on this host).
+  char* sendv(int r) { return at(desc(r).send_arena, desc(r).send_off); }
+  char* recvv(int r) { return at(desc(r).recv_arena, desc(r).recv_off); }
   const uint64_t* a2a(int r) { return c_.boxes[static_cast<size_t>(r)].a2a; }
 
   void publish(const CollOp& op) {
@@ -180,6 +183,8 @@ class Exec {
     d.op = op.op;
     d.root = op.root;
     d.count = op.count;
+    d.send_arena = op.send_arena;
+    d.recv_arena = op.recv_arena;
     d.send_off = op.send_off;
     d.recv_off = op.recv_off;
     if (op.kind == kAllToAll)
@@ -272,9 +277,9 @@ void Exec::flat_all_reduce(const CollOp& op) {
   for (int i = 0; i < n; ++i) {
     const int r = c_.local[static_cast<size_t>(i)];
     if (r != c_.rank) same(r, op);
-    src[static_cast<size_t>(i)] = view(r, desc(r).send_off);
+    src[static_cast<size_t>(i)] = sendv(r);
   }
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   if (bytes <= kSmallAllReduce || op.count < static_cast<size_t>(n) * 64) {
     // Everyone reduces everything (same order on every rank: same bits),
     // through a scratch buffer: peers may still read this rank's send.
@@ -296,7 +301,7 @@ void Exec::flat_all_reduce(const CollOp& op) {
   for (int i = 0; i < n; ++i) {
     const int r = c_.local[static_cast<size_t>(i)];
     sp[static_cast<size_t>(i)] = static_cast<const char*>(src[static_cast<size_t>(i)]) + lo * el;
-    dp[static_cast<size_t>(i)] = r == c_.rank ? mine + lo * el : view(r, desc(r).recv_off) + lo * el;
+    dp[static_cast<size_t>(i)] = r == c_.rank ? mine + lo * el : recvv(r) + lo * el;
   }
   (void)mine;
   if (hi > lo &&
@@ -310,16 +315,16 @@ void Exec::flat_all_reduce(const CollOp& op) {
 void Exec::flat_broadcast(const CollOp& op) {
   const size_t bytes = op.count * dtype_size(op.dtype);
   arrive(1);
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   if (c_.rank == op.root) {
-    const char* src = view(c_.rank, op.send_off);
+    const char* src = sendv(c_.rank);
     if (src != mine) std::memmove(mine, src, bytes);
     wait_phase(others_, 2);  // everyone has read the root's buffer
     return;
   }
   wait_phase({op.root}, 1);
   same(op.root, op);
-  copy(mine, view(op.root, desc(op.root).send_off), bytes, bytes >= kStreamBytes);
+  copy(mine, sendv(op.root), bytes, bytes >= kStreamBytes);
   intra_ += bytes;
   arrive(2);
 }
@@ -335,10 +340,10 @@ void Exec::flat_reduce(const CollOp& op) {
   for (int i = 0; i < n; ++i) {
     const int r = c_.local[static_cast<size_t>(i)];
     if (r != c_.rank) same(r, op);
-    src[static_cast<size_t>(i)] = view(r, desc(r).send_off) + lo * el;
+    src[static_cast<size_t>(i)] = sendv(r) + lo * el;
   }
   // Each rank reduces its part into the root's recv.
-  void* dst = view(op.root, desc(op.root).recv_off) + lo * el;
+  void* dst = recvv(op.root) + lo * el;
   if (hi > lo && !reduce_to(&dst, 1, src.data(), n, hi - lo, op.dtype, op.op, avg_of(op),
                             op.count * el >= kStreamBytes))
     fail_cause(strprintf("cannot reduce %s with %s", dtype_name(op.dtype), op_name(op.op)));
@@ -351,11 +356,11 @@ void Exec::flat_all_gather(const CollOp& op) {
   const size_t bytes = op.count * dtype_size(op.dtype);
   arrive(1);
   wait_phase(others_, 1);
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   const bool stream = bytes * c_.local.size() >= kStreamBytes;
   for (int r : c_.local) {
     if (r != c_.rank) same(r, op);
-    const char* src = view(r, desc(r).send_off);
+    const char* src = sendv(r);
     char* dst = mine + static_cast<size_t>(r) * bytes;
     if (src != dst) copy(dst, src, bytes, stream);
     if (r != c_.rank) intra_ += bytes;
@@ -371,9 +376,9 @@ void Exec::flat_reduce_scatter(const CollOp& op) {
   std::vector<const void*> src;
   for (int r : c_.local) {
     if (r != c_.rank) same(r, op);
-    src.push_back(view(r, desc(r).send_off) + static_cast<size_t>(c_.rank) * bytes);
+    src.push_back(sendv(r) + static_cast<size_t>(c_.rank) * bytes);
   }
-  void* dst = view(c_.rank, op.recv_off);
+  void* dst = recvv(c_.rank);
   if (!reduce_to(&dst, 1, src.data(), static_cast<int>(src.size()), op.count, op.dtype, op.op,
                  avg_of(op), bytes * src.size() >= kStreamBytes))
     fail_cause(strprintf("cannot reduce %s with %s", dtype_name(op.dtype), op_name(op.op)));
@@ -397,7 +402,7 @@ void Exec::flat_all_to_all(const CollOp& op) {
                            "which expects %llu",
                            r, static_cast<unsigned long long>(sent), c_.rank,
                            static_cast<unsigned long long>(expect)));
-    if (sent) std::memcpy(view(c_.rank, op.a2a[2 * n + ur]), view(r, pa[0 * n + me]), sent);
+    if (sent) std::memcpy(at(op.recv_arena, op.a2a[2 * n + ur]), at(desc(r).send_arena, pa[0 * n + me]), sent);
     if (r != c_.rank) intra_ += sent;
   }
   arrive(2);
@@ -442,7 +447,7 @@ void Exec::net_all_reduce(const CollOp& op) {
   const size_t el = dtype_size(op.dtype);
   const int H = c_.nhosts, h = c_.host;
   const size_t nl = c_.local.size();
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   const size_t C = std::max<size_t>(static_cast<size_t>(H), kNetChunk / el);
   // Staging: the host's partial sum of a chunk (several local ranks), and each
   // other host's partial sum of this host's share.
@@ -457,12 +462,12 @@ void Exec::net_all_reduce(const CollOp& op) {
     const char* part_sum;
     if (nl > 1) {
       std::vector<const void*> src;
-      for (int r : c_.local) src.push_back(view(r, desc(r).send_off) + c0 * el);
+      for (int r : c_.local) src.push_back(sendv(r) + c0 * el);
       reduce_into(P, src, L, op, 1);
       intra_ += L * el * (nl - 1);
       part_sum = P;
     } else {
-      part_sum = view(c_.rank, op.send_off) + c0 * el;
+      part_sum = sendv(c_.rank) + c0 * el;
     }
     // Each host reduces its share of the chunk from everyone's partial sums ...
     std::vector<Xfer> xs;
@@ -487,7 +492,7 @@ void Exec::net_all_reduce(const CollOp& op) {
     }
     run_net(xs);
     for (int r : others_) {
-      std::memcpy(view(r, desc(r).recv_off) + c0 * el, mine + c0 * el, L * el);
+      std::memcpy(recvv(r) + c0 * el, mine + c0 * el, L * el);
       intra_ += L * el;
     }
   }
@@ -495,10 +500,10 @@ void Exec::net_all_reduce(const CollOp& op) {
 
 void Exec::net_broadcast(const CollOp& op) {
   const size_t bytes = op.count * dtype_size(op.dtype);
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   std::vector<Xfer> xs;
   if (c_.rank == op.root) {
-    const char* src = view(c_.rank, op.send_off);
+    const char* src = sendv(c_.rank);
     for (int j = 0; j < c_.nhosts; ++j)
       if (j != c_.host) xs.push_back({actor_of(c_, op, j), true, const_cast<char*>(src), bytes});
     run_net(xs);
@@ -508,7 +513,7 @@ void Exec::net_broadcast(const CollOp& op) {
     run_net(xs);
   }
   for (int r : others_) {
-    std::memcpy(view(r, desc(r).recv_off), mine, bytes);
+    std::memcpy(recvv(r), mine, bytes);
     intra_ += bytes;
   }
 }
@@ -525,12 +530,12 @@ void Exec::net_reduce(const CollOp& op) {
     const char* part_sum;
     if (nl > 1) {
       std::vector<const void*> src;
-      for (int r : c_.local) src.push_back(view(r, desc(r).send_off) + c0 * el);
+      for (int r : c_.local) src.push_back(sendv(r) + c0 * el);
       reduce_into(P, src, L, op, 1);
       intra_ += L * el * (nl - 1);
       part_sum = P;
     } else {
-      part_sum = view(c_.rank, op.send_off) + c0 * el;
+      part_sum = sendv(c_.rank) + c0 * el;
     }
     std::vector<Xfer> xs;
     if (c_.host != root_host) {
@@ -546,27 +551,27 @@ void Exec::net_reduce(const CollOp& op) {
       in.push_back(r);
     }
     run_net(xs);
-    reduce_into(view(c_.rank, op.recv_off) + c0 * el, in, L, op, avg_of(op));
+    reduce_into(recvv(c_.rank) + c0 * el, in, L, op, avg_of(op));
   }
 }
 
 void Exec::net_all_gather(const CollOp& op) {
   const size_t bytes = op.count * dtype_size(op.dtype);
-  char* mine = view(c_.rank, op.recv_off);
+  char* mine = recvv(c_.rank);
   std::vector<Xfer> xs;
   for (int j = 0; j < c_.nhosts; ++j) {
     if (j == c_.host) continue;
     const int peer = actor_of(c_, op, j);
-    for (int q : c_.local) xs.push_back({peer, true, view(q, desc(q).send_off), bytes});
+    for (int q : c_.local) xs.push_back({peer, true, sendv(q), bytes});
     for (int p : c_.host_ranks[static_cast<size_t>(j)])
       xs.push_back({peer, false, mine + static_cast<size_t>(p) * bytes, bytes});
   }
   run_net(xs);
   for (int b : c_.local) {
-    char* dst = view(b, desc(b).recv_off);
+    char* dst = recvv(b);
     for (int p = 0; p < c_.nranks; ++p) {
       const bool here = c_.host_of[static_cast<size_t>(p)] == c_.host;
-      const char* src = here ? view(p, desc(p).send_off) : mine + static_cast<size_t>(p) * bytes;
+      const char* src = here ? sendv(p) : mine + static_cast<size_t>(p) * bytes;
       char* d = dst + static_cast<size_t>(p) * bytes;
       if (src == d) continue;
       std::memcpy(d, src, bytes);
@@ -588,7 +593,7 @@ void Exec::net_reduce_scatter(const CollOp& op) {
     // This host's partial sums of every rank's slot.
     for (size_t p = 0; p < n; ++p) {
       std::vector<const void*> src;
-      for (int q : c_.local) src.push_back(view(q, desc(q).send_off) + (p * op.count + w0) * el);
+      for (int q : c_.local) src.push_back(sendv(q) + (p * op.count + w0) * el);
       reduce_into(row(SP, p), src, wl, op, 1);
     }
     intra_ += n * wl * el * (nl - 1);
@@ -607,7 +612,7 @@ void Exec::net_reduce_scatter(const CollOp& op) {
       std::vector<const void*> in{row(SP, static_cast<size_t>(p))};
       for (int j = 0; j < H; ++j)
         if (j != h) in.push_back(row(R, static_cast<size_t>(j) * nl + i));
-      reduce_into(view(p, desc(p).recv_off) + w0 * el, in, wl, op, avg_of(op));
+      reduce_into(recvv(p) + w0 * el, in, wl, op, avg_of(op));
       if (p != c_.rank) intra_ += wl * el;
     }
   }
@@ -649,20 +654,20 @@ void Exec::net_all_to_all(const CollOp& op) {
     const int peer = actor_of(c_, op, j);
     for (int a : c_.local)
       for (int b : there)
-        if (send_bytes(a, b)) xs.push_back({peer, true, view(a, send_off(a, b)), send_bytes(a, b)});
+        if (send_bytes(a, b)) xs.push_back({peer, true, at(desc(a).send_arena, send_off(a, b)), send_bytes(a, b)});
     size_t k = 0;
     for (int a : there)
       for (int b : c_.local) {
         const uint64_t sent = in[static_cast<size_t>(j)][k++];
         if (sent != recv_bytes(b, a)) mismatch(a, b, sent, recv_bytes(b, a));
-        if (sent) xs.push_back({peer, false, view(b, recv_off(b, a)), sent});
+        if (sent) xs.push_back({peer, false, at(desc(b).recv_arena, recv_off(b, a)), sent});
       }
   }
   run_net(xs);
   for (int a : c_.local)
     for (int b : c_.local) {
       if (send_bytes(a, b) != recv_bytes(b, a)) mismatch(a, b, send_bytes(a, b), recv_bytes(b, a));
-      if (send_bytes(a, b)) std::memcpy(view(b, recv_off(b, a)), view(a, send_off(a, b)), send_bytes(a, b));
+      if (send_bytes(a, b)) std::memcpy(at(desc(b).recv_arena, recv_off(b, a)), at(desc(a).send_arena, send_off(a, b)), send_bytes(a, b));
       if (a != c_.rank || b != c_.rank) intra_ += send_bytes(a, b);
     }
 }
@@ -782,6 +787,7 @@ void Exec::p2p(std::vector<P2POp>& ops) {
           P2PSlot& slot = c_.me.out[peer * K + o.seq % K];
           std::atomic<uint64_t>& ack = c_.boxes[peer].ack[static_cast<size_t>(c_.rank)];
           if (!s.posted && ack.load(std::memory_order_acquire) + K >= o.seq) {
+            slot.arena = o.arena;
             slot.off = o.off;
             slot.bytes = o.bytes;
             slot.seq.store(o.seq, std::memory_order_release);
@@ -802,7 +808,7 @@ void Exec::p2p(std::vector<P2POp>& ops) {
                                    "%d receives %llu",
                                    o.peer, static_cast<unsigned long long>(slot.bytes), c_.rank,
                                    static_cast<unsigned long long>(o.bytes)));
-            if (o.bytes) std::memcpy(view(c_.rank, o.off), view(o.peer, slot.off), o.bytes);
+            if (o.bytes) std::memcpy(at(o.arena, o.off), at(slot.arena, slot.off), o.bytes);
             if (o.peer != c_.rank) intra_ += o.bytes;
             mine.store(o.seq, std::memory_order_release);
             c_.ring(o.peer);
@@ -821,7 +827,7 @@ void Exec::p2p(std::vector<P2POp>& ops) {
         s.hdr[0] = o.seq;
         s.hdr[1] = o.bytes;
         s.hx = {o.peer, o.send, reinterpret_cast<char*>(s.hdr), sizeof s.hdr};
-        s.bx = {o.peer, o.send, view(c_.rank, o.off), o.bytes};
+        s.bx = {o.peer, o.send, at(o.arena, o.off), o.bytes};
       }
       net = true;
       Xfer& x = s.hx.done < s.hx.n ? s.hx : s.bx;

@@ -66,6 +66,17 @@ enum Kind : uint32_t {
 };
 const char* kind_name(uint32_t kind);
 
+// The device memory a buffer lives in: a process's arena file (usually the
+// rank's own device memory; memory it opened from an IPC handle lives in its
+// owner's). Peers reach it through their mapping of that file.
+struct ArenaId {
+  int32_t pid, pad;
+  uint64_t nonce, uid;
+  bool operator==(const ArenaId& o) const {
+    return pid == o.pid && nonce == o.nonce && uid == o.uid;
+  }
+};
+
 // The collective a rank is in (valid from its arrival at the collective until
 // every rank that reads it has passed the collective's last barrier).
 struct Desc {
@@ -73,11 +84,13 @@ struct Desc {
   uint32_t kind, dtype;
   int32_t op, root;
   uint64_t count;
-  uint64_t send_off, recv_off;  // file offsets in the rank's device memory
+  ArenaId send_arena, recv_arena;
+  uint64_t send_off, recv_off;  // file offsets in those arenas
 };
 
 struct P2PSlot {
   std::atomic<uint64_t> seq;  // the send (per pair, from 1) this slot holds now
+  ArenaId arena;
   uint64_t off, bytes;
 };
 
@@ -110,6 +123,7 @@ struct CollOp {
   uint64_t seq = 0;
   int dtype = 0, op = 0, root = 0;
   size_t count = 0;                 // elements (all_gather: per rank; reduce_scatter: per rank)
+  ArenaId send_arena{}, recv_arena{};
   uint64_t send_off = 0, recv_off = 0;
   bool has_send = false, has_recv = false;
   std::vector<uint64_t> a2a;        // all_to_all: [4][n] as in Box::a2a
@@ -119,6 +133,7 @@ struct P2POp {
   bool send = false;
   int peer = 0;
   uint64_t seq = 0;  // per (this rank, peer, direction), from 1
+  ArenaId arena{};
   uint64_t off = 0, bytes = 0;
 };
 
@@ -146,6 +161,11 @@ struct Comm {
   std::vector<Box> boxes;    // per rank, unbound off this host
   std::vector<std::pair<void*, size_t>> maps;  // control blocks mapped here
   std::vector<acme_internal::ArenaRef> mapped_arenas;
+  // Other processes' device memory a buffer lived in (opened from IPC
+  // handles), mapped on first use by the work (guarded by mu).
+  std::vector<std::pair<ArenaId, char*>> extra_views;
+  // The view of an arena: a rank's of this host, or mapped now (throws Failure).
+  char* view_of(const ArenaId& a);
   Box me;
   int box_fd = -1;
   uint64_t box_key = 0;

@@ -587,6 +587,34 @@ acmeError_t ipc_arena_offset(int device, const void* p, size_t n, const char* wh
   return acmeSuccess;
 }
 
+acmeError_t ipc_locate(int device, const void* p, size_t n, const char* what, ArenaRef* ref,
+                       uint64_t* off) {
+  if (auto e = check_device(device)) return e;
+  if (!rt().arenas[device]->contains(p)) {
+    Imported im;
+    if (find_import(p, &im) && im.device == device) {
+      const size_t from = static_cast<size_t>(static_cast<const char*>(p) - im.base);
+      if (n > im.size - from)
+        return fail(acmeErrorInvalidValue,
+                    "%s [%p, +%zu) overruns the memory opened from an IPC handle on device %d",
+                    what, p, n, device);
+      std::lock_guard<std::mutex> lk(st().imports_mu);
+      auto it = st().imports.find(reinterpret_cast<uintptr_t>(im.base));
+      if (it == st().imports.end())
+        return fail(acmeErrorInvalidValue, "%s %p was closed meanwhile", what, p);
+      const MemHandle& h = it->second.handle;
+      ref->proc.pid = h.pid;
+      ref->proc.nonce = h.nonce;
+      ref->uid = h.uid;
+      ref->len = 0;
+      *off = h.off + from;
+      return acmeSuccess;
+    }
+  }
+  if (auto e = ipc_arena_offset(device, p, n, what, off)) return e;
+  return ipc_export_arena(device, ref);
+}
+
 acmeError_t ipc_register_fd(uint64_t key, int fd, size_t len) {
   {
     std::lock_guard<std::mutex> lk(st().mu);

@@ -50,6 +50,13 @@ void ipc_unmap_arena(const ArenaRef& ref);
 acmeError_t ipc_arena_offset(int device, const void* p, size_t n, const char* what,
                              uint64_t* off);
 
+// Where [p, p + n) of device `device` lives for peers: the arena (this
+// process's device memory, or the process's whose memory was opened here from
+// an IPC handle) and the file offset. It must lie in one live allocation (or
+// opened region); InvalidValue and the last error naming `what` otherwise.
+acmeError_t ipc_locate(int device, const void* p, size_t n, const char* what, ArenaRef* ref,
+                       uint64_t* off);
+
 // Files a peer may fetch from this process's IPC server by key (acmeccl's
 // control blocks), and fetching one from a peer (the fd is the caller's).
 acmeError_t ipc_register_fd(uint64_t key, int fd, size_t len);

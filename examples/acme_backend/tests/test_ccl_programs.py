@@ -31,7 +31,8 @@ CCL = ACME / "ccl"
 # Every test of test_ccl.cpp, in run order.
 EXPECTED = [
     "one_host_2_ranks", "one_host_4_ranks", "two_hosts_2_ranks_each",
-    "two_hosts_interleaved_and_uneven", "large_buffers", "several_communicators",
+    "two_hosts_interleaved_and_uneven", "large_buffers", "ipc_opened_buffers",
+    "several_communicators",
     "stream_order_link_speed_and_slow_device", "abort_from_another_thread",
     "peer_killed_mid_collective", "comm_init_timeouts_name_missing_ranks",
     "argument_errors_and_mismatched_collectives",

@@ -419,6 +419,62 @@ TEST(large_buffers) {
   });
 }
 
+// Memory opened from another process's IPC handle is a buffer like any other
+// (ccl_adapter.h / runtime_adapter.h): rank 1 of a communicator of ranks 0
+// and 1 uses memory of process 2 as its send and recv buffers; rank 0 then
+// reaches process 2's memory too.
+TEST(ipc_opened_buffers) {
+  ranks::run(3, {}, [](Ctx& x) {
+    constexpr size_t kCount = 5000;
+    Stream st(kDevice);
+    if (x.rank == 2) {  // the owner: shares a buffer, checks what it holds at the end
+      Buf mem(kDevice, kCount * 4);
+      std::vector<float> v(kCount, 5.0f);
+      h2d(mem.p, v.data(), kCount * 4, kDevice, st.s);
+      if (auto e = st.sync(); !e.empty()) x.fail("%s", e.c_str());
+      acmeIpcMemHandle_t h;
+      if (acmeIpcGetMemHandle(kDevice, mem.p, &h) != acmeSuccess) x.fail("%s", acmeGetLastErrorString());
+      std::memcpy(&ranks::g_shared->ids[30], &h, sizeof h);
+      x.set_flag(1);
+      if (!x.wait_flag(2)) x.fail("the others never finished");
+      d2h(v.data(), mem.p, kCount * 4, kDevice, st.s);
+      if (auto e = st.sync(); !e.empty()) x.fail("%s", e.c_str());
+      if (v[0] != 7.0f || v[kCount - 1] != 7.0f) x.fail("the shared buffer holds %g, want 7 (broadcast)", v[0]);
+      return;
+    }
+    acmecclComm_t c = x.comm(0, 2, x.rank, kDevice);
+    Buf mine(kDevice, kCount * 4);
+    std::vector<float> v(kCount, x.rank == 0 ? 1.0f : 2.0f), out(kCount);
+    h2d(mine.p, v.data(), kCount * 4, kDevice, st.s);
+    void* shared = mine.p;
+    if (x.rank == 1) {
+      if (!x.wait_flag(1)) x.fail("no handle");
+      acmeIpcMemHandle_t h;
+      std::memcpy(&h, &ranks::g_shared->ids[30], sizeof h);
+      if (acmeIpcOpenMemHandle(kDevice, h, &shared) != acmeSuccess) x.fail("%s", acmeGetLastErrorString());
+    }
+    // rank 1 sends process 2's 5s: 1 + 5 on rank 0 (into its own buffer), in place on rank 1.
+    CCL_OK(x, acmecclAllReduce(shared, shared, kCount, acmecclFloat32, acmecclSum, c, st.s));
+    d2h(out.data(), shared, kCount * 4, kDevice, st.s);
+    if (auto e = st.sync(); !e.empty()) x.fail("all_reduce: %s", e.c_str());
+    if (out[0] != 6.0f || out[kCount - 1] != 6.0f) x.fail("all_reduce gave %g, want 6", out[0]);
+    // A broadcast into it, and point to point from it.
+    std::vector<float> seven(kCount, 7.0f);
+    if (x.rank == 0) h2d(mine.p, seven.data(), kCount * 4, kDevice, st.s);
+    CCL_OK(x, acmecclBroadcast(mine.p, shared, kCount, acmecclFloat32, 0, c, st.s));
+    if (x.rank == 1) CCL_OK(x, acmecclSend(shared, 10, acmecclFloat32, 0, c, st.s));
+    else CCL_OK(x, acmecclRecv(mine.p, 10, acmecclFloat32, 1, c, st.s));
+    d2h(out.data(), mine.p, 40, kDevice, st.s);
+    if (auto e = st.sync(); !e.empty()) x.fail("broadcast/send: %s", e.c_str());
+    if (x.rank == 0 && out[9] != 7.0f) x.fail("recv from opened memory gave %g, want 7", out[9]);
+    x.barrier(0, 2);
+    if (x.rank == 1 && acmeIpcCloseMemHandle(kDevice, shared) != acmeSuccess) x.fail("close");
+    CCL_OK(x, acmecclCommDestroy(c));
+    x.barrier(1, 2);
+    x.set_flag(2);
+  });
+}
+
 // Several communicators: the world, two halves of it, and a second
 // communicator of the same ranks on the same device, used in turn.
 TEST(several_communicators) {
