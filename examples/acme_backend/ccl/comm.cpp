@@ -283,13 +283,22 @@ acmecclResult_t launch(const std::shared_ptr<Comm>& c, acmeStream_t stream, Work
   return fail_str(static_cast<acmecclResult_t>(e), msg);
 }
 
+// The stream must be a live stream of the communicator's device (checked
+// before the call takes its sequence number: a call that cannot be queued then
+// leaves the communicator as it was).
+acmecclResult_t check_stream(const Comm& c, acmeStream_t stream, const char* call) {
+  int idle = 0;
+  if (acmeStreamQuery(c.device, stream, &idle) != acmeSuccess)
+    return fail(acmecclInvalidArgument, "acmeccl: %s: %s", call, acmeGetLastErrorString());
+  if (t_group.depth > 0 && t_group.have_stream && t_group.stream != stream)
+    return fail(acmecclInvalidArgument,
+                "acmeccl: %s: every call of a group must name the same stream", call);
+  return acmecclSuccess;
+}
+
 acmecclResult_t submit_coll(const std::shared_ptr<Comm>& c, acmeStream_t stream, CollOp op,
                             const char* call) {
-  if (t_group.depth > 0) {
-    if (t_group.have_stream && t_group.stream != stream)
-      return fail(acmecclInvalidArgument,
-                  "acmeccl: %s: every call of a group must name the same stream", call);
-  }
+  if (auto r = check_stream(*c, stream, call)) return r;
   {
     std::lock_guard<std::mutex> lk(c->mu);
     op.seq = c->next_coll++;
@@ -307,9 +316,7 @@ acmecclResult_t submit_coll(const std::shared_ptr<Comm>& c, acmeStream_t stream,
 
 acmecclResult_t submit_p2p(const std::shared_ptr<Comm>& c, acmeStream_t stream, P2POp op,
                            const char* call) {
-  if (t_group.depth > 0 && t_group.have_stream && t_group.stream != stream)
-    return fail(acmecclInvalidArgument,
-                "acmeccl: %s: every call of a group must name the same stream", call);
+  if (auto r = check_stream(*c, stream, call)) return r;
   {
     std::lock_guard<std::mutex> lk(c->mu);
     auto& next = op.send ? c->next_send : c->next_recv;

@@ -681,6 +681,18 @@ TEST(argument_errors_and_mismatched_collectives) {
     expect(acmecclSend(buf.p, 1, acmecclUint8, 5, c, st.s), acmecclInvalidArgument,
            "peer 5 is not a rank", "a bad peer");
     expect(acmecclGroupEnd(), acmecclInvalidArgument, "without group_start", "a lone group_end");
+    acmeStream_t other_dev = nullptr;
+    acmeStreamCreate(0, &other_dev);
+    expect(acmecclAllReduce(buf.p, buf.p, 1, acmecclInt32, acmecclSum, c, other_dev),
+           acmecclInvalidArgument, "belongs to device 0", "a stream of another device");
+    acmeStreamDestroy(0, other_dev);
+    {  // the communicator is still fine: the call never took its turn
+      int v = 1, w = 0;
+      acmeMemcpy(buf.p, &v, 4, acmeMemcpyHostToDevice, kDevice);
+      CCL_OK(x, acmecclAllReduce(buf.p, buf.p, 1, acmecclInt32, acmecclSum, c, st.s));
+      d2h(&w, buf.p, 4, kDevice, st.s);
+      if (auto e = st.sync(); !e.empty() || w != 2) x.fail("after a refused call: %d, '%s'", w, e.c_str());
+    }
     expect(acmecclCommInitRank(nullptr, 2, x.id(1, 0), 0, kDevice, 100), acmecclInvalidArgument,
            "null output", "a null comm");
     // Mismatched collectives.
