@@ -32,7 +32,7 @@ CCL = ACME / "ccl"
 EXPECTED = [
     "one_host_2_ranks", "one_host_4_ranks", "two_hosts_2_ranks_each",
     "two_hosts_interleaved_and_uneven", "large_buffers", "ipc_opened_buffers",
-    "several_communicators",
+    "several_communicators", "concurrent_streams_and_communicators",
     "stream_order_link_speed_and_slow_device", "abort_from_another_thread",
     "peer_killed_mid_collective", "comm_init_timeouts_name_missing_ranks",
     "argument_errors_and_mismatched_collectives",

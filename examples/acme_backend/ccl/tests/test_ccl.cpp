@@ -493,6 +493,55 @@ TEST(several_communicators) {
   });
 }
 
+// Work of two communicators on two streams at once, and of one communicator
+// queued on both streams (it runs in call order), many times over: nothing
+// mixes up or deadlocks.
+TEST(concurrent_streams_and_communicators) {
+  ranks::run(3, {}, [](Ctx& x) {
+    acmecclComm_t a = x.comm(0, 3, x.rank, kDevice);
+    acmecclComm_t b = x.comm(1, 3, x.rank, kDevice);
+    Stream s1(kDevice), s2(kDevice);
+    constexpr int kIters = 150;
+    constexpr size_t kCount = 3000;
+    Buf ba(kDevice, kCount * 4 * kIters), bb(kDevice, kCount * 4 * 3 * kIters);
+    std::vector<int32_t> host(kCount * kIters);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int32_t>(i) * (x.rank + 1);
+    h2d(ba.p, host.data(), host.size() * 4, kDevice, s1.s);
+    h2d(bb.p, host.data(), host.size() * 4, kDevice, s2.s);
+    if (auto e = s1.sync(); !e.empty()) x.fail("%s", e.c_str());
+    if (auto e = s2.sync(); !e.empty()) x.fail("%s", e.c_str());
+    for (int it = 0; it < kIters; ++it) {
+      const size_t off = static_cast<size_t>(it) * kCount * 4;
+      CCL_OK(x, acmecclAllReduce(ba.at(off), ba.at(off), kCount, acmecclInt32, acmecclSum, a, s1.s));
+      // b, on the streams in turn.
+      CCL_OK(x, acmecclAllReduce(bb.at(off), bb.at(off), kCount, acmecclInt32, acmecclMax, b,
+                                 it % 2 ? s1.s : s2.s));
+      const int next = (x.rank + 1) % 3, prev = (x.rank + 2) % 3;
+      CCL_OK(x, acmecclGroupStart());
+      CCL_OK(x, acmecclSend(bb.at(off + kCount * 4 * kIters), 64, acmecclUint8, next, a, s2.s));
+      CCL_OK(x, acmecclRecv(bb.at(off + 2 * kCount * 4 * kIters), 64, acmecclUint8, prev, a, s2.s));
+      CCL_OK(x, acmecclGroupEnd());
+    }
+    std::vector<int32_t> out(host.size());
+    d2h(out.data(), ba.p, out.size() * 4, kDevice, s1.s);
+    if (auto e = s1.sync(); !e.empty()) x.fail("%s", e.c_str());
+    if (auto e = s2.sync(); !e.empty()) x.fail("%s", e.c_str());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<int32_t>(i) * 6) {
+        x.fail("concurrent all_reduce (sum): element %zu is %d, want %zu", i, out[i], i * 6);
+        break;
+      }
+    d2h(out.data(), bb.p, out.size() * 4, kDevice, s2.s);
+    if (auto e = s2.sync(); !e.empty()) x.fail("%s", e.c_str());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<int32_t>(i) * 3) {
+        x.fail("concurrent all_reduce (max): element %zu is %d, want %zu", i, out[i], i * 3);
+        break;
+      }
+    for (auto c : {a, b}) CCL_OK(x, acmecclCommDestroy(c));
+  });
+}
+
 // Calls are queued: they return while the stream is held back, the bytes move
 // when it gets there. The link-speed option makes a collective take at least
 // bytes / bandwidth; the slow-device option delays it (results stay right).
