@@ -188,13 +188,11 @@ std::string Comm::record_failure(const std::string& message, const std::string& 
 using namespace acmeccl;
 
 namespace {
-
 constexpr uint64_t kHandleMagic = 0x6c63636d6563616eull;
+}  // namespace
 
 // What acmecclComm_t points at: the communicator lives as long as work of it is
 // queued (the work holds it too).
-}  // namespace
-
 struct acmecclComm {
   uint64_t magic = kHandleMagic;
   std::shared_ptr<Comm> comm;

@@ -3,7 +3,7 @@ its standalone C++ test program ccl/tests/test_ccl.cpp (no torch) with the
 runtime's and the library's sources, and its benchmark once on small sizes.
 
 The program holds the real assertions: each test forks its ranks as processes
-(2, 3 or 4; on one simulated host or two, through ACME_HOST_ID) and checks every
+(1 to 4; on one simulated host or two, through ACME_HOST_ID) and checks every
 collective, reduction op and dtype against values computed on the host, the
 in-place forms, all_to_all with uneven splits, grouped send/recv in both orders,
 several communicators, stream order and the link-speed and slow-device options,
@@ -30,7 +30,7 @@ CCL = ACME / "ccl"
 
 # Every test of test_ccl.cpp, in run order.
 EXPECTED = [
-    "one_host_2_ranks", "one_host_4_ranks", "two_hosts_2_ranks_each",
+    "one_rank", "one_host_2_ranks", "one_host_4_ranks", "two_hosts_2_ranks_each",
     "two_hosts_interleaved_and_uneven", "large_buffers", "ipc_opened_buffers",
     "several_communicators", "concurrent_streams_and_communicators",
     "stream_order_link_speed_and_slow_device", "abort_from_another_thread",

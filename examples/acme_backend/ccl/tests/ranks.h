@@ -212,7 +212,8 @@ inline void run(int n, const std::vector<std::string>& hosts, const std::functio
     } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
       what = "rank " + std::to_string(r) + " " + harness::describe(st);
     }
-    if (hung) what += " (the scenario hung: killed after " + std::to_string(timeout_ms) + " ms)";
+    if (hung && !what.empty())
+      what += " (the scenario hung: killed after " + std::to_string(timeout_ms) + " ms)";
     if (!what.empty()) harness::record_failure(__FILE__, __LINE__, what);
     const int len = sh->msg_len[r].load();
     if (len > 0) {

@@ -318,6 +318,15 @@ const std::vector<size_t> kCounts = {37, 70000};
 
 // ---- tests ----------------------------------------------------------------------------------------
 
+TEST(one_rank) {
+  ranks::run(1, {}, [](Ctx& x) {
+    acmecclComm_t c = x.comm(0, 1, 0, kDevice);
+    expect_topology(x, c, 1, 1);
+    check_all(x, c, {37, 70000}, {acmecclFloat32, acmecclInt8});
+    CCL_OK(x, acmecclCommDestroy(c));
+  });
+}
+
 TEST(one_host_2_ranks) {
   ranks::run(2, {}, [](Ctx& x) {
     acmecclComm_t c = x.comm(0, 2, x.rank, kDevice);
