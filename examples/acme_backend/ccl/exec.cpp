@@ -411,6 +411,14 @@ void Exec::flat_all_to_all(const CollOp& op) {
 
 // ---- several hosts: within each host first, then between hosts ---------------------------------
 
+// The actor of host j for this collective.
+static int actor_of(const Comm& c, const CollOp& op, int j) {
+  if ((op.kind == kBroadcast || op.kind == kReduce) && c.host_of[static_cast<size_t>(op.root)] == j)
+    return op.root;
+  return c.host_ranks[static_cast<size_t>(j)].front();
+}
+
+
 void Exec::hier(const CollOp& op) {
   // The rank of each host that works for it (the root on its host for
   // broadcast and reduce).
@@ -425,6 +433,41 @@ void Exec::hier(const CollOp& op) {
   }
   wait_phase(others_, 1);
   for (int r : others_) same(r, op);
+  // The acting ranks of the hosts check they are in the same collective
+  // before any byte of it is on the links (else the byte streams would go out
+  // of step instead of failing).
+  {
+    struct Hdr {
+      uint64_t seq, count;
+      uint32_t kind, dtype;
+      int32_t op, root;
+    };
+    const Hdr mine{op.seq, op.count, op.kind, static_cast<uint32_t>(op.dtype), op.op, op.root};
+    std::vector<Hdr> theirs(static_cast<size_t>(c_.nhosts));
+    std::vector<Xfer> xs;
+    for (int j = 0; j < c_.nhosts; ++j) {
+      if (j == c_.host) continue;
+      const int peer = actor_of(c_, op, j);
+      xs.push_back({peer, true, reinterpret_cast<char*>(const_cast<Hdr*>(&mine)), sizeof mine});
+      xs.push_back({peer, false, reinterpret_cast<char*>(&theirs[static_cast<size_t>(j)]), sizeof mine});
+    }
+    run_net(xs);
+    for (int j = 0; j < c_.nhosts; ++j) {
+      const Hdr& t = theirs[static_cast<size_t>(j)];
+      if (j == c_.host || (t.seq == mine.seq && t.count == mine.count && t.kind == mine.kind &&
+                           t.dtype == mine.dtype && t.op == mine.op && t.root == mine.root))
+        continue;
+      fail_cause(strprintf(
+          "collectives do not match: rank %d (host '%s') is in %s #%llu (count %llu, %s, op %s, "
+          "root %d) while this rank is in %s #%llu (count %zu, %s, op %s, root %d); every rank "
+          "must issue the same collectives in the same order",
+          actor_of(c_, op, j), c_.info[static_cast<size_t>(actor_of(c_, op, j))].host,
+          kind_name(t.kind), static_cast<unsigned long long>(t.seq),
+          static_cast<unsigned long long>(t.count), dtype_name(static_cast<int>(t.dtype)),
+          op_name(t.op), t.root, kind_name(op.kind), static_cast<unsigned long long>(op.seq),
+          op.count, dtype_name(op.dtype), op_name(op.op), op.root));
+    }
+  }
   switch (op.kind) {
     case kAllReduce: net_all_reduce(op); break;
     case kBroadcast: net_broadcast(op); break;
@@ -434,13 +477,6 @@ void Exec::hier(const CollOp& op) {
     case kAllToAll: net_all_to_all(op); break;
   }
   arrive(2);
-}
-
-// The actor of host j for this collective.
-static int actor_of(const Comm& c, const CollOp& op, int j) {
-  if ((op.kind == kBroadcast || op.kind == kReduce) && c.host_of[static_cast<size_t>(op.root)] == j)
-    return op.root;
-  return c.host_ranks[static_cast<size_t>(j)].front();
 }
 
 void Exec::net_all_reduce(const CollOp& op) {

@@ -713,7 +713,23 @@ TEST(comm_init_timeouts_name_missing_ranks) {
 
 // Bad arguments fail at the call; collectives that do not match fail on every
 // rank instead of hanging.
+void mismatch_across_hosts(Ctx& x) {
+  acmecclComm_t c = x.comm(0, x.n, x.rank, kDevice);
+  Stream st(kDevice);
+  Buf buf(kDevice, 1 << 20);
+  // Host A does all_reduce, host B all_gather: the hosts' acting ranks find out.
+  if (x.rank < x.n / 2)
+    CCL_OK(x, acmecclAllReduce(buf.p, buf.p, 1000, acmecclFloat32, acmecclSum, c, st.s));
+  else
+    CCL_OK(x, acmecclAllGather(buf.p, buf.p, 100, acmecclUint8, c, st.s));
+  const std::string e = st.sync();
+  if (e.find("do not match") == std::string::npos)
+    x.fail("mismatched collectives across hosts gave '%s'", e.c_str());
+  CCL_OK(x, acmecclCommDestroy(c));
+}
+
 TEST(argument_errors_and_mismatched_collectives) {
+  ranks::run(4, {"hostA", "hostA", "hostB", "hostB"}, mismatch_across_hosts);
   ranks::run(2, {}, [](Ctx& x) {
     acmecclComm_t c = x.comm(0, 2, x.rank, kDevice);
     Stream st(kDevice);
