@@ -6,7 +6,8 @@
 // is the buffer (all_reduce), the gathered output (all_gather) or the scattered
 // input (reduce_scatter). Out of place, on a created stream, after a warm-up.
 // Also the host's single-thread memcpy bandwidth (the limit a collective that
-// moves bytes between processes' memory runs against on this machine).
+// moves bytes between processes' memory runs against on this machine), the
+// best of a measurement before and one after the collectives.
 //
 //   bench_acmeccl [--ranks N] [--hosts H] [--min BYTES] [--max BYTES] [--ops a,b] [--json]
 //
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes;
   for (size_t s = a.min; s <= a.max; s *= 2) sizes.push_back(s);
 
-  const double mcpy = memcpy_gbps();
+  double mcpy = memcpy_gbps();
   // Results, filled by rank 0 of the forked ranks through a file (the shared
   // page of ranks.h is the driver's only while the ranks run).
   char path[] = "/tmp/bench_acmeccl.XXXXXX";
@@ -143,6 +144,9 @@ int main(int argc, char** argv) {
     acmeStreamDestroy(0, st);
     acmecclCommDestroy(c);
   }, 600000);
+  // The machine's memcpy bandwidth: the best of before and after (the load of
+  // a shared machine moves it; the best is the conservative reference).
+  mcpy = std::max(mcpy, memcpy_gbps());
   const int failures = harness::failures().lines.empty() ? 0 : 1;
   for (auto& l : harness::failures().lines) std::fprintf(stderr, "%s\n", l.c_str());
   FILE* in = std::fopen(path, "r");
