@@ -27,7 +27,12 @@
 // * Failure injection for malloc/memcpy, deterministic per seed.
 //
 // * fork(): streams created before fork() are refused in the child (their
-//   worker threads do not exist there); everything else keeps working.
+//   worker threads do not exist there); everything else keeps working. The
+//   child's device memory is its own copy of the parent's.
+// * Device memory and events shared between processes of one machine (IPC
+//   handles, as CUDA's): each device's memory is a shared file that another
+//   process maps when it opens a handle; acmeccl (../ccl) moves bytes between
+//   the devices of processes on one host through the same mappings.
 //
 // Every call may come from any thread.
 #pragma once
@@ -71,8 +76,8 @@ typedef struct acmeEvent_st* acmeEvent_t;
 // ---- setup -----------------------------------------------------------------
 // (Re)initialize with `device_count` devices of `capacity` bytes each;
 // `alignment` (a power of two) applies to every allocation's address and
-// size. Also reads ACME_SLOW_DEVICE, ACME_FAULT_MALLOC, ACME_FAULT_MEMCPY and
-// ACME_FAULT_SEED, ACME_DRIVER_VERSION (simulated installed driver; default
+// size. Also reads ACME_SLOW_DEVICE, ACME_LINK_GBPS, ACME_FAULT_MALLOC,
+// ACME_FAULT_MEMCPY and ACME_FAULT_SEED, ACME_DRIVER_VERSION (simulated installed driver; default
 // ACME_DRIVER_VERSION) and ACME_SIMULATE_INIT_FAILURE (version_mismatch |
 // library_path | device_busy: init fails with that cause, message starting
 // "acme: init: <cause>:"). Re-init is allowed only while no allocation, stream or
@@ -163,9 +168,50 @@ void* acmeDeviceOrHostView(const void* ptr);
 // 1 inside work running on the device, else 0.
 int acmeOnDevice(void);
 
+// ---- sharing between processes (IPC) ----------------------------------------
+// Handles are plain bytes (they travel through pipes and pickles). The process
+// that makes a handle serves its memory to the process that opens it through
+// a unix socket in the abstract namespace (a server thread started on the
+// first handle; no /proc/<pid>/fd, no ptrace rights needed), checking that the
+// peer runs as the same user.
+#define ACME_IPC_HANDLE_SIZE 64
+typedef struct acmeIpcMemHandle_st {
+  unsigned char reserved[ACME_IPC_HANDLE_SIZE];
+} acmeIpcMemHandle_t;
+typedef struct acmeIpcEventHandle_st {
+  unsigned char reserved[ACME_IPC_HANDLE_SIZE];
+} acmeIpcEventHandle_t;
+
+// Names the allocation starting at `base` (a pointer acmeMalloc returned on
+// `device`) for another process. Memory this process opened from a handle gives
+// that handle back. acmeErrorInvalidValue when base is not the start of a live
+// allocation of device; acmeErrorRuntime when device memory cannot be shared
+// here (no memfd).
+acmeError_t acmeIpcGetMemHandle(int device, void* base, acmeIpcMemHandle_t* handle);
+// In another process: a device address of `device` for the same bytes (the
+// allocation's requested size), valid for copies, kernels and acmeccl as an
+// allocation of `device` is, until acmeIpcCloseMemHandle. Opening a handle
+// twice gives the same address (closed when both are closed). A handle of this
+// process itself, a freed allocation, or a process that exited:
+// acmeErrorInvalidValue with the reason. The owner must keep the allocation
+// alive while it is open (freeing it leaves the bytes to its next user).
+acmeError_t acmeIpcOpenMemHandle(int device, acmeIpcMemHandle_t handle, void** ptr);
+// Unmaps memory opened by acmeIpcOpenMemHandle (no work may use it any more).
+acmeError_t acmeIpcCloseMemHandle(int device, void* ptr);
+// Names `event` as last recorded (its generation at this call) for another
+// process. An event opened from a handle gives that handle back.
+acmeError_t acmeIpcGetEventHandle(int device, acmeEvent_t event, acmeIpcEventHandle_t* handle);
+// In another process: an event (of `device`) that acmeStreamWaitEvent,
+// acmeEventSynchronize and acmeEventQuery treat as that record; it cannot be
+// recorded or timed. Free it with acmeEventDestroy. If the owning process
+// exits before the record completes, waits end with acmeErrorRuntime (a
+// stream's wait reports it at its next synchronize) instead of hanging.
+acmeError_t acmeIpcOpenEventHandle(int device, acmeIpcEventHandle_t handle, acmeEvent_t* event);
+
 // ---- options ---------------------------------------------------------------
 // keys: "slow_device" (microseconds every piece of queued work waits before it
-// runs), "fault_malloc", "fault_memcpy" (rate in [0,1];
+// runs), "link_gbps" (GB/s of the links between devices acmeccl uses, 0 =
+// unlimited; env ACME_LINK_GBPS at init), "fault_malloc", "fault_memcpy" (rate in [0,1];
 // setting it restarts that fault sequence), "fault_seed" (unsigned; restarts
 // both sequences), "stats" (set "reset" to zero the counters), "device_lost"
 // (a device index: from then on malloc, copies, launches and synchronizes on

@@ -9,6 +9,7 @@
 #include "compute_units.h"
 #include "vector_isa.h"
 
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -184,6 +185,43 @@ Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* ar
 }
 
 void* device_view(const void* device_ptr) { return acmeDeviceView(device_ptr); }
+
+// runtime_primitives: ipc (device memory and events shared between processes).
+static_assert(sizeof(IpcMemHandle) == sizeof(acmeIpcMemHandle_t));
+static_assert(sizeof(IpcEventHandle) == sizeof(acmeIpcEventHandle_t));
+
+Status ipc_get_mem_handle(int device, void* base, IpcMemHandle* handle) {
+  acmeIpcMemHandle_t h;
+  Status r = st(acmeIpcGetMemHandle(device, base, handle ? &h : nullptr));
+  if (handle) std::memcpy(handle->bytes, h.reserved, sizeof h.reserved);
+  return r;
+}
+
+Status ipc_open_mem_handle(int device, const IpcMemHandle& handle, void** ptr) {
+  acmeIpcMemHandle_t h;
+  std::memcpy(h.reserved, handle.bytes, sizeof h.reserved);
+  return st(acmeIpcOpenMemHandle(device, h, ptr));
+}
+
+Status ipc_close_mem_handle(int device, void* ptr) {
+  return st(acmeIpcCloseMemHandle(device, ptr));
+}
+
+Status ipc_get_event_handle(int device, Event event, IpcEventHandle* handle) {
+  acmeIpcEventHandle_t h;
+  Status r = st(acmeIpcGetEventHandle(device, as_event(event), handle ? &h : nullptr));
+  if (handle) std::memcpy(handle->bytes, h.reserved, sizeof h.reserved);
+  return r;
+}
+
+Status ipc_open_event_handle(int device, const IpcEventHandle& handle, Event* event) {
+  acmeIpcEventHandle_t h;
+  std::memcpy(h.reserved, handle.bytes, sizeof h.reserved);
+  acmeEvent_t e = nullptr;
+  Status r = st(acmeIpcOpenEventHandle(device, h, event ? &e : nullptr));
+  if (event) *event = e;
+  return r;
+}
 
 void* device_or_host_view(const void* p) { return acmeDeviceOrHostView(p); }
 

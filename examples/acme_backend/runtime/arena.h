@@ -3,6 +3,7 @@
 
 #include "errors.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +19,9 @@
 #include <utility>
 
 namespace acme_internal {
+
+// A random 64-bit number (getrandom; ipc.cpp), naming arenas and processes.
+uint64_t random_u64();
 
 // One device's memory: `capacity` bytes of memory behind an address space
 // kAddressSpaceFactor times larger (a reserved mapping), with a best-fit
@@ -38,31 +42,47 @@ namespace acme_internal {
 // process's address space is limited (ulimit -v) and the larger reservations
 // fail, the arena falls back to addresses equal to its capacity. Allocator
 // metadata lives outside both mappings.
+//
+// The view is a shared mapping of a memfd (one file per arena, offset 0 at the
+// view mapping's start): another process given the fd (ipc.cpp hands it over a
+// unix socket) maps the same bytes, which is how acme shares device memory
+// between processes (IPC handles, acmeccl's peer-to-peer links). Freed pages go
+// back with a hole punched in the file. A forked child gets its own copy of
+// the live bytes in a fresh memfd (fork_child; the view is not inherited), as
+// the private mapping of old gave it. Where memfd_create fails the view is
+// private anonymous memory, as before, and nothing can be shared.
 class Arena {
  public:
   static constexpr size_t kAddressSpaceFactor = 4;
 
   Arena(int index, size_t capacity, size_t alignment)
-      : index_(index), align_(alignment) {
+      : index_(index), align_(alignment), uid_(random_u64()) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     cap_ = capacity / alignment * alignment;  // usable bytes
+    fd_ = memfd_create(name().c_str(), MFD_CLOEXEC);
+    if (fd_ < 0) share_error_ = std::string("memfd_create failed: ") + std::strerror(errno);
     for (size_t factor : {kAddressSpaceFactor, size_t{1}}) {
       span_ = cap_ * factor;
       // Over-reserve when alignment exceeds a page so the bases can be aligned.
       map_len_ = round_up(span_ + (alignment > page ? alignment : 0), page);
       device_map_ = reserve(PROT_NONE);
-      view_map_ = reserve(PROT_READ | PROT_WRITE);
+      view_map_ = map_view();
       if (device_map_ && view_map_) break;
       unmap();
     }
     if (!ok()) return;
+    // A child process must not inherit the shared view (fork_child maps its own).
+    if (fd_ >= 0) madvise(view_map_, map_len_, MADV_DONTFORK);
     base_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(device_map_), alignment));
     view_ = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(view_map_), alignment));
     free_by_off_.emplace(0, span_);
     free_by_size_.emplace(span_, 0);
     free_bytes_ = cap_;
   }
-  ~Arena() { unmap(); }
+  ~Arena() {
+    unmap();
+    if (fd_ >= 0) close(fd_);
+  }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
@@ -75,6 +95,79 @@ class Arena {
   // The device's view of device address p (which contains(p)).
   char* view(const void* p) const {
     return view_ + (static_cast<const char*>(p) - base_);
+  }
+
+  // ---- sharing (ipc.cpp) ----
+  // The memfd behind the view (-1: private memory, share_error() says why).
+  int fd() const { return fd_; }
+  const std::string& share_error() const { return share_error_; }
+  // Random, new for every arena (and in a forked child): peers name the file by it.
+  uint64_t uid() const { return uid_; }
+  int index() const { return index_; }
+  // Length of the file / the view mapping; the file offset of device address p.
+  size_t map_len() const { return map_len_; }
+  char* view_map() const { return view_map_; }
+  size_t file_offset(const void* p) const {
+    return static_cast<size_t>(view(p) - view_map_);
+  }
+  // The requested size of the live allocation starting at p (0: none does).
+  size_t live_block(const void* p) const {
+    if (!contains(p)) return 0;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = used_.find(static_cast<size_t>(static_cast<const char*>(p) - base_));
+    return it == used_.end() ? 0 : it->second.requested;
+  }
+  // The live allocation holding file offset `off` has its requested size from
+  // `off` on at least n bytes (a peer's buffer is still what it was).
+  bool live_file_range(size_t off, size_t n) const {
+    const size_t lead = static_cast<size_t>(view_ - view_map_);
+    if (off < lead) return false;
+    const size_t o = off - lead;
+    if (o >= span_) return false;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = used_.upper_bound(o);
+    if (it == used_.begin()) return false;
+    --it;
+    const size_t end = it->first + it->second.requested;
+    return o < end && n <= end - o;
+  }
+  // fork(): the parent's handler holds every arena's lock across fork() so the
+  // child finds the bookkeeping consistent.
+  std::mutex& mutex() const { return mu_; }
+  // In a forked child, with mutex() held: the inherited view is not mapped
+  // (MADV_DONTFORK); give the child its own memfd with a copy of the live bytes,
+  // at the same addresses. The parent's file stays the parent's.
+  void fork_child() {
+    if (fd_ < 0 || !view_map_) return;  // private memory: fork copied it (copy on write)
+    const int old = fd_;
+    int nfd = memfd_create(name().c_str(), MFD_CLOEXEC);
+    void* m = MAP_FAILED;
+    if (nfd >= 0 && ftruncate(nfd, static_cast<off_t>(map_len_)) == 0)
+      m = mmap(view_map_, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+               nfd, 0);
+    if (m == MAP_FAILED) {
+      if (nfd >= 0) close(nfd);
+      nfd = -1;
+      share_error_ = "the forked child could not create its own memfd";
+      m = mmap(view_map_, map_len_, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    }
+    if (m != MAP_FAILED) {
+      if (nfd >= 0) madvise(view_map_, map_len_, MADV_DONTFORK);
+      const size_t lead = static_cast<size_t>(view_ - view_map_);
+      for (const auto& [off, block] : used_) {
+        size_t done = 0;
+        while (done < block.requested) {
+          const ssize_t got = pread(old, view_ + off + done, block.requested - done,
+                                    static_cast<off_t>(lead + off + done));
+          if (got <= 0) break;  // beyond the file's end: zeros, as a fresh page
+          done += static_cast<size_t>(got);
+        }
+      }
+    }
+    close(old);
+    fd_ = nfd;
+    uid_ = random_u64();
   }
 
   acmeError_t allocate(size_t bytes, void** out) {
@@ -196,9 +289,19 @@ class Arena {
 
   static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+  std::string name() const { return "acme-device-" + std::to_string(index_); }
+
   char* reserve(int protection) const {
     void* m = mmap(nullptr, map_len_, protection, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
+    return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+  }
+  // The view: the memfd, shared (sized to the mapping; a sparse file costs
+  // nothing until touched), or private memory without one.
+  char* map_view() const {
+    if (fd_ < 0) return reserve(PROT_READ | PROT_WRITE);
+    if (ftruncate(fd_, static_cast<off_t>(map_len_)) != 0) return nullptr;
+    void* m = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
     return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
   }
   void unmap() {
@@ -240,11 +343,20 @@ class Arena {
     const uintptr_t page = 4096;
     uintptr_t b = round_up(reinterpret_cast<uintptr_t>(view_ + off), page);
     uintptr_t e = (reinterpret_cast<uintptr_t>(view_ + off + size)) / page * page;
-    if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+    if (e <= b) return;
+    if (fd_ >= 0)  // shared memory: the pages belong to the file, punch them out of it
+      fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(reinterpret_cast<char*>(b) - view_map_),
+                static_cast<off_t>(e - b));
+    else
+      madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
   }
 
   int index_;
   size_t align_;
+  int fd_ = -1;              // the memfd behind the view (-1: private memory)
+  std::string share_error_;  // why there is none
+  uint64_t uid_;
   size_t cap_ = 0;   // memory: what allocations may use in total
   size_t span_ = 0;  // addresses: kAddressSpaceFactor * cap_
   size_t map_len_ = 0;

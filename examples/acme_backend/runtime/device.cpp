@@ -54,7 +54,10 @@ std::string human_bytes(size_t n) {
 
 Runtime& rt() {
   static Runtime* r = [] {
-    pthread_atfork(nullptr, nullptr, [] { g_fork_epoch.fetch_add(1); });
+    pthread_atfork(ipc_fork_prepare, ipc_fork_parent, [] {
+      g_fork_epoch.fetch_add(1);
+      ipc_fork_child();
+    });
     return new Runtime;
   }();
   return *r;
@@ -72,6 +75,8 @@ char* view_of(const void* p) {
   Runtime& r = rt();
   for (auto& a : r.arenas)
     if (a->contains(p)) return a->view(p);
+  Imported im;
+  if (find_import(p, &im)) return im.view + (static_cast<const char*>(p) - im.base);
   return nullptr;
 }
 
@@ -192,6 +197,7 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
 
   // Environment options first: a bad value fails init before anything changes.
   for (auto [env, key] : {std::pair{"ACME_SLOW_DEVICE", "slow_device"},
+                          std::pair{"ACME_LINK_GBPS", "link_gbps"},
                           std::pair{"ACME_FAULT_SEED", "fault_seed"},
                           std::pair{"ACME_FAULT_MALLOC", "fault_malloc"},
                           std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"}})

@@ -98,6 +98,9 @@ struct Runtime {
   // Slow-device option: every piece of queued work waits this long before it
   // runs, so a missing synchronization shows as a wrong answer.
   std::atomic<uint64_t> slow_device_us{0};
+  // Link-speed option (ACME_LINK_GBPS / "link_gbps"): bytes crossing a link
+  // between devices (acmeccl) take at least bytes / this many GB/s; 0: unlimited.
+  std::atomic<double> link_gbps{0.0};
 
   // Page-locked host blocks handed out by acmeMallocHost (acmeFreeHost checks
   // against them).
@@ -125,8 +128,27 @@ struct DeviceWork {
 bool on_device();
 
 // Where the runtime reads and writes the bytes at device address p (any
-// device), or nullptr when p is not device memory.
+// device, and memory opened from another process's IPC handle), or nullptr
+// when p is not device memory.
 char* view_of(const void* p);
+
+// ---- device memory of other processes (ipc.cpp) ----
+// Memory opened from another process's IPC handle: device addresses
+// [base, base + size) of device `device` of this process, whose bytes are at
+// `view`. Like an allocation of that device for copies, kernels and views.
+struct Imported {
+  int device = -1;
+  const char* base = nullptr;
+  size_t size = 0;
+  char* view = nullptr;
+};
+// True when p lies in opened memory (cheap when nothing is opened).
+bool find_import(const void* p, Imported* out);
+// fork(): the handlers of the arenas, opened memory, shared events and the
+// IPC server (pthread_atfork, registered by rt()).
+void ipc_fork_prepare();
+void ipc_fork_parent();
+void ipc_fork_child();
 
 // The device index is valid (the runtime is initialized).
 acmeError_t check_device(int d);

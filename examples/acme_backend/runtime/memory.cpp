@@ -21,12 +21,29 @@ const char* kind_name(acmeMemcpyKind k) {
   return "?";
 }
 
-// Device index whose arena holds p, or -1.
-int owner_of(const void* p) {
+// Device index whose arena holds p (or that p was opened on, when it is
+// another process's memory: *imported then says which), or -1.
+int owner_of(const void* p, Imported* imported = nullptr) {
   Runtime& r = rt();
   for (int i = 0; i < static_cast<int>(r.arenas.size()); ++i)
     if (r.arenas[i]->contains(p)) return i;
+  Imported im;
+  if (find_import(p, &im)) {
+    if (imported) *imported = im;
+    return im.device;
+  }
   return -1;
+}
+
+// [p, p+n) lies in the opened memory `im` (bounded by the allocation it names).
+acmeError_t check_imported_range(const Imported& im, const void* p, size_t n, const char* role) {
+  const size_t off = static_cast<size_t>(static_cast<const char*>(p) - im.base);
+  if (n > im.size - off)
+    return fail(acmeErrorInvalidValue,
+                "acme: memcpy %s range [%p, +%zu) overruns the memory opened from an IPC handle "
+                "on device %d (%zu bytes left from %p)",
+                role, p, n, im.device, im.size - off, p);
+  return acmeSuccess;
 }
 
 // Validates one side of a copy. `dev` >= 0: device memory of that device
@@ -34,7 +51,8 @@ int owner_of(const void* p) {
 acmeError_t check_side(const void* p, size_t n, int dev, const char* role, acmeMemcpyKind kind) {
   Runtime& r = rt();
   if (p == nullptr) return fail(acmeErrorInvalidValue, "acme: memcpy %s is null", role);
-  const int owner = owner_of(p);
+  Imported im;
+  const int owner = owner_of(p, &im);
   if (dev == -1) {
     if (owner >= 0)
       return fail(acmeErrorInvalidValue,
@@ -52,6 +70,7 @@ acmeError_t check_side(const void* p, size_t n, int dev, const char* role, acmeM
                 "acme: memcpy %s %p is memory of device %d, expected device %d", role, p,
                 owner, dev);
   }
+  if (im.base) return check_imported_range(im, p, n, role);
   return r.arenas[owner]->check_range(p, n, role);
 }
 
@@ -141,7 +160,13 @@ acmeError_t acmeFree(int device, void* ptr) {
   if (!ptr) return acmeSuccess;
   Runtime& r = rt();
   if (!r.arenas[device]->contains(ptr)) {
-    const int owner = owner_of(ptr);
+    Imported im;
+    const int owner = owner_of(ptr, &im);
+    if (im.base)
+      return fail(acmeErrorInvalidValue,
+                  "acme: free(%p) on device %d: the memory was opened from another process's "
+                  "IPC handle; close it with acmeIpcCloseMemHandle (its process frees it)",
+                  ptr, device);
     if (owner >= 0)
       return fail(acmeErrorInvalidValue,
                   "acme: free(%p) on device %d: the pointer belongs to device %d", ptr, device,

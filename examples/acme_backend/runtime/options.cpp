@@ -50,6 +50,18 @@ acmeError_t apply_option(const char* key, const char* value, const char* source)
     r.slow_device_us = us;
     return acmeSuccess;
   }
+  if (k == "link_gbps") {
+    char* end = nullptr;
+    errno = 0;
+    const double v = value && *value ? std::strtod(value, &end) : -1.0;
+    if (errno || !end || *end || !(v >= 0.0 && v <= 1e6))
+      return fail(acmeErrorInvalidValue,
+                  "acme: %s: link_gbps must be a bandwidth in GB/s, 0 (unlimited)..1000000, "
+                  "got '%s'",
+                  source, value);
+    r.link_gbps = v;
+    return acmeSuccess;
+  }
   if (k == "protect")
     return fail(acmeErrorInvalidValue,
                 "acme: %s: option 'protect' is gone: acme's device memory is never readable by "
@@ -101,8 +113,8 @@ acmeError_t apply_option(const char* key, const char* value, const char* source)
     return fail(acmeErrorInvalidValue,
                 "acme: option '%s' is read-only (set it through the device config / init)", key);
   return fail(acmeErrorInvalidValue,
-              "acme: unknown option '%s' (settable: slow_device, fault_malloc, fault_memcpy, "
-              "fault_seed, stats, device_lost)",
+              "acme: unknown option '%s' (settable: slow_device, link_gbps, fault_malloc, "
+              "fault_memcpy, fault_seed, stats, device_lost)",
               key);
 }
 
@@ -188,6 +200,9 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
   char num[64];
   if (k == "slow_device") {
     v = std::to_string(r.slow_device_us.load());
+  } else if (k == "link_gbps") {
+    std::snprintf(num, sizeof num, "%g", r.link_gbps.load());
+    v = num;
   } else if (k == "fault_malloc" || k == "fault_memcpy") {
     std::snprintf(num, sizeof num, "%g", r.faults.rate[k == "fault_malloc" ? 0 : 1].load());
     v = num;
@@ -213,8 +228,8 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
       if (lost & (uint64_t{1} << i)) v += (v.empty() ? "" : ",") + std::to_string(i);
   } else {
     return fail(acmeErrorInvalidValue,
-                "acme: unknown option '%s' (known: slow_device, fault_malloc, fault_memcpy, "
-                "fault_seed, stats, device_lost, device_count, capacity, alignment, "
+                "acme: unknown option '%s' (known: slow_device, link_gbps, fault_malloc, "
+                "fault_memcpy, fault_seed, stats, device_lost, device_count, capacity, alignment, "
                 "runtime_version, driver_version, built_driver_version)",
                 key);
   }

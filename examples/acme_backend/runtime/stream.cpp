@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -182,7 +183,11 @@ acmeError_t acmeStreamWaitEvent(int device, acmeStream_t stream, acmeEvent_t eve
     gen = ev->recorded;
   }
   if (gen == 0) return acmeSuccess;  // never recorded: nothing to wait for
-  if (!s->push([ev, gen] { ev->wait(gen); }, "wait for event")) return destroyed(s);
+  auto wait = [ev, gen] {
+    std::string why = ev->wait(gen);
+    if (!why.empty()) throw std::runtime_error(why);
+  };
+  if (!s->push(std::move(wait), "wait for event")) return destroyed(s);
   return acmeSuccess;
 }
 
@@ -222,6 +227,11 @@ acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream) 
   if (ev->device != device)
     return fail(acmeErrorInvalidValue, "acme: event #%llu belongs to device %d, not device %d",
                 static_cast<unsigned long long>(ev->id), ev->device, device);
+  if (ev->remote)
+    return fail(acmeErrorInvalidValue,
+                "acme: event #%llu was opened from another process's IPC handle: only that "
+                "process records it",
+                static_cast<unsigned long long>(ev->id));
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   uint64_t gen;
@@ -246,7 +256,8 @@ acmeError_t acmeEventSynchronize(int device, acmeEvent_t event) {
     gen = ev->recorded;
   }
   rt().stats.host_waits++;
-  ev->wait(gen);
+  std::string why = ev->wait(gen);
+  if (!why.empty()) return fail_str(acmeErrorRuntime, std::move(why));
   return acmeSuccess;
 }
 
@@ -255,8 +266,7 @@ acmeError_t acmeEventQuery(int device, acmeEvent_t event, int* done) {
   if (auto e = check_device(device)) return e;
   std::shared_ptr<acmeEvent_st> ev;
   if (auto e = find_event(event, &ev)) return e;
-  std::lock_guard<std::mutex> lk(ev->mu);
-  *done = ev->reached >= ev->recorded ? 1 : 0;
+  *done = ev->done() ? 1 : 0;
   return acmeSuccess;
 }
 
@@ -267,6 +277,11 @@ acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end) 
   if (auto e = find_event(end, &b)) return e;
   Clock::time_point ta, tb;
   for (auto [ev, t, name] : {std::tuple{a.get(), &ta, "start"}, std::tuple{b.get(), &tb, "end"}}) {
+    if (ev->remote)
+      return fail(acmeErrorInvalidValue,
+                  "acme: event_elapsed_ms: the %s event was opened from another process's IPC "
+                  "handle (it has no time stamp here)",
+                  name);
     std::lock_guard<std::mutex> lk(ev->mu);
     if (ev->recorded == 0)
       return fail(acmeErrorRuntime, "acme: event_elapsed_ms: the %s event was never recorded",

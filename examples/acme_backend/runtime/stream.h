@@ -11,6 +11,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -165,6 +166,19 @@ struct acmeStream_st {
   }
 };
 
+namespace acme_internal {
+// Events shared between processes (ipc.cpp). An event whose handle was given
+// out mirrors its reached generation into a slot of a shared page; an event
+// opened from another process's handle reads that slot.
+struct IpcSlot;
+struct IpcRemoteEvent;
+void ipc_slot_publish(IpcSlot* slot, uint64_t reached);
+void ipc_slot_release(IpcSlot* slot);
+bool ipc_remote_reached(const IpcRemoteEvent& remote, uint64_t gen);
+// Waits until the remote event reaches gen: "" or why it never will.
+std::string ipc_remote_wait(const IpcRemoteEvent& remote, uint64_t gen);
+}  // namespace acme_internal
+
 struct acmeEvent_st {
   int device = 0;
   uint64_t id = 0;
@@ -173,6 +187,17 @@ struct acmeEvent_st {
   uint64_t recorded = 0;  // generation of the latest record
   uint64_t reached = 0;   // highest generation reached so far
   std::chrono::steady_clock::time_point stamp;
+  acme_internal::IpcSlot* slot = nullptr;  // shared mirror of `reached` (a handle was taken)
+  // Opened from another process's handle: `recorded` is the handle's generation
+  // and the other process's slot says when it is reached.
+  std::shared_ptr<acme_internal::IpcRemoteEvent> remote;
+
+  acmeEvent_st() = default;
+  acmeEvent_st(const acmeEvent_st&) = delete;
+  acmeEvent_st& operator=(const acmeEvent_st&) = delete;
+  ~acmeEvent_st() {
+    if (slot) acme_internal::ipc_slot_release(slot);
+  }
 
   void reach(uint64_t gen) {
     {
@@ -180,12 +205,23 @@ struct acmeEvent_st {
       if (gen > reached) {
         reached = gen;
         stamp = std::chrono::steady_clock::now();
+        if (slot) acme_internal::ipc_slot_publish(slot, reached);
       }
     }
     cv.notify_all();
   }
-  void wait(uint64_t gen) {
+  // Waits until generation `gen` is reached; "" or why it never will be (an
+  // opened event whose process exited first).
+  std::string wait(uint64_t gen) {
+    if (remote) return acme_internal::ipc_remote_wait(*remote, gen);
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return reached >= gen; });
+    return {};
+  }
+  // The latest record has been reached (or there was none).
+  bool done() {
+    std::lock_guard<std::mutex> lk(mu);
+    if (remote) return acme_internal::ipc_remote_reached(*remote, recorded);
+    return reached >= recorded;
   }
 };

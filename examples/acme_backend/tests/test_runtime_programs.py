@@ -9,7 +9,8 @@ check's message, the clean-up check after each test). test_runtime is
 test_device.cpp (init, options, versions, device loss, errors), test_memory.cpp
 (allocator, copies, device memory the host never reads), test_streams.cpp
 (ordering, the asynchronous default stream, sticky errors, fork, slow device,
-stress) and test_events.cpp; test_compute_units (test_compute_units_program.py
+stress), test_events.cpp and test_ipc.cpp (device memory and events shared
+between processes, a forked child's own memory, freed pages, link speed); test_compute_units (test_compute_units_program.py
 runs it) is test_compute_units.cpp. This wrapper compiles them with the
 runtime's sources, runs them and checks that every test reported PASS.
 """
@@ -37,7 +38,7 @@ JOBS = 2  # compile jobs at once (the machine budget)
 # runtime's sources).
 PROGRAMS = {
     "test_runtime": ["test_device.cpp", "test_memory.cpp", "test_streams.cpp",
-                     "test_events.cpp"],
+                     "test_events.cpp", "test_ipc.cpp"],
     "test_compute_units": ["test_compute_units.cpp"],
 }
 
@@ -60,6 +61,9 @@ EXPECTED_TESTS = [
     # test_events.cpp
     "events", "events_on_default_stream", "event_elapsed", "stream_wait_event",
     "wait_event_on_default_stream",
+    # test_ipc.cpp
+    "link_gbps_option", "freed_pages_return_to_the_os", "ipc_mem_handles", "ipc_mem_handle_errors",
+    "ipc_event_handles", "ipc_event_owner_exits", "fork_child_memory_is_private",
 ]
 
 pytestmark = pytest.mark.build
