@@ -156,6 +156,9 @@ struct ImportContext {
   std::size_t slot;
   runtime::Event event;
   int device;
+  void* base;               // this process's mapping of the producer's allocation
+  std::int64_t origin_pid;  // the process that allocated it, and its share key there
+  std::uint64_t origin_key;
 };
 
 void release_import(void* context) {
@@ -187,18 +190,29 @@ py::tuple share(const c10::Storage& storage) {
   const int device = data.device().index();
   void* base = nullptr;
   std::size_t allocation = 0;
-  TORCH_CHECK(storage.nbytes() == 0 || allocator::allocation_of(data.get_context(),
-                                                                data.get_deleter(), &base,
-                                                                &allocation),
+  // A storage this process received from another is passed on with the handle of
+  // its producer's allocation (and who that is: a tensor going back to its
+  // producer comes back as the producer's own storage).
+  const auto* imported = data.get_deleter() == &release_import
+                             ? static_cast<const ImportContext*>(data.get_context())
+                             : nullptr;
+  TORCH_CHECK(storage.nbytes() == 0 || imported ||
+                  allocator::allocation_of(data.get_context(), data.get_deleter(), &base,
+                                           &allocation),
               kBackendName, ": share: this ", data.device(), " storage was not made by the "
-              "caching allocator (it came from another process, or from_blob), so it has no "
+              "caching allocator (from_blob, or an external allocator), so it has no "
               "allocation to share; clone() it first");
   runtime::IpcMemHandle mem{};
   runtime::IpcEventHandle ev{};
   runtime::Event event = nullptr;
+  if (imported) {
+    base = imported->base;
+    std::memcpy(mem.bytes, imported->handle.data(), sizeof mem.bytes);
+  }
   if constexpr (config::kRuntimeHasIpc) {
     if (storage.nbytes() > 0) {
-      check_status(runtime::ipc_get_mem_handle(device, base, &mem), "ipc_get_mem_handle");
+      if (!imported)
+        check_status(runtime::ipc_get_mem_handle(device, base, &mem), "ipc_get_mem_handle");
       // The consumer's stream waits for what this process queued so far.
       check_status(runtime::event_create(device, &event), "event_create");
       check_status(runtime::event_record(device, event, native_stream(current_stream(device))),
@@ -214,21 +228,24 @@ py::tuple share(const c10::Storage& storage) {
   g_sent[key] = Sent{storage, event, device, block, slot};
   const auto offset = static_cast<std::size_t>(static_cast<const char*>(data.get()) -
                                                static_cast<const char*>(base));
+  const std::int64_t origin_pid = imported ? imported->origin_pid : getpid();
+  const std::uint64_t origin_key = imported ? imported->origin_key : key;
   return py::make_tuple(device, py::bytes(bytes_of(mem.bytes, sizeof mem.bytes)), offset,
                         storage.nbytes(), py::bytes(bytes_of(ev.bytes, sizeof ev.bytes)),
-                        block->name, slot, static_cast<int>(getpid()), key);
+                        block->name, slot, origin_pid, origin_key);
 }
 
 PyObject* open(int device, const std::string& mem_handle, std::size_t offset, std::size_t nbytes,
                const std::string& event_handle, const std::string& counter_block,
-               std::size_t slot) {
+               std::size_t slot, std::int64_t origin_pid, std::uint64_t origin_key) {
   require_ipc("receiving a tensor from another process");
   check_device_index(device);
   TORCH_CHECK(mem_handle.size() == runtime::kIpcHandleBytes &&
                   event_handle.size() == runtime::kIpcHandleBytes,
               kBackendName, ": a shared tensor's handle has the wrong size (another backend "
               "version on the other side?)");
-  auto* ctx = new ImportContext{mem_handle, nullptr, slot, nullptr, device};
+  auto* ctx = new ImportContext{mem_handle, nullptr,   slot,       nullptr,
+                                device,     nullptr,   origin_pid, origin_key};
   void* base = nullptr;
   try {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -248,6 +265,7 @@ PyObject* open(int device, const std::string& mem_handle, std::size_t offset, st
         }
         opened->second.users += 1;
         base = opened->second.ptr;
+        ctx->base = base;
         runtime::IpcEventHandle ev{};
         std::memcpy(ev.bytes, event_handle.data(), sizeof ev.bytes);
         check_status(runtime::ipc_open_event_handle(device, ev, &ctx->event),
@@ -289,9 +307,9 @@ void bind(py::module_& m) {
   });
   m.def("_ipc_open", [](int device, const py::bytes& mem, std::size_t offset, std::size_t nbytes,
                         const py::bytes& event, const std::string& counter_block,
-                        std::size_t slot) {
-    return py::reinterpret_steal<py::object>(
-        open(device, mem, offset, nbytes, event, counter_block, slot));
+                        std::size_t slot, std::int64_t origin_pid, std::uint64_t origin_key) {
+    return py::reinterpret_steal<py::object>(open(device, mem, offset, nbytes, event,
+                                                  counter_block, slot, origin_pid, origin_key));
   });
   m.def("_ipc_lookup", [](std::uint64_t key) {
     return py::reinterpret_steal<py::object>(lookup(key));

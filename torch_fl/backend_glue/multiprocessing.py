@@ -27,9 +27,10 @@ def rebuild_storage(native_name, shared):
     picklable, its name is)."""
     native_module = importlib.import_module(native_name)
     device, mem, offset, nbytes, event, counter_block, slot, pid, key = shared
-    if pid == os.getpid():
+    if pid == os.getpid():  # back at its producer (maybe through other processes)
         return native_module._ipc_lookup(key)
-    return native_module._ipc_open(device, mem, offset, nbytes, event, counter_block, slot)
+    return native_module._ipc_open(device, mem, offset, nbytes, event, counter_block, slot,
+                                   pid, key)
 
 
 def rebuild_tensor(native_name, cls, shared, dtype, size, stride, storage_offset, requires_grad):
@@ -95,7 +96,8 @@ def install(device_type, native_module):
 
     def wrap_typed(original):
         def reduce_storage(storage):
-            if not ours(storage.device):
+            # the untyped storage's device: TypedStorage.device warns it is deprecated
+            if not ours(storage._untyped_storage.device):
                 return original(storage)
             shared = native_module._ipc_share(storage._untyped_storage)
             return (rebuild_typed_storage, (name, shared, storage.dtype))
