@@ -55,9 +55,8 @@ def test_plain_torchrun_script_on_a_fresh_scaffold(zeta_first_build, tmp_path):
     """A backend on its first day (no collective library: the staged engine; no ipc)
     runs the same plain script."""
     _, site = zeta_first_build
-    env = environment(PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-                      TORCH_FL_BACKEND="zeta", DIST_TMP=str(tmp_path))
-    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    env = environment("zeta", DIST_TMP=str(tmp_path),
+                      PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     out = torchrun(["collectives", "ddp", "fsdp2", "tp"], env=env)
     assert "zeta:0 backend zetaccl native=False" in out, out[-3000:]
 

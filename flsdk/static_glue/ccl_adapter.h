@@ -77,8 +77,8 @@ using Comm = void*;
 Status get_unique_id(UniqueId* id);
 
 // Joins rank `rank` of `nranks` to the group of `id`, on device `device`.
-// Returns once every rank has joined, or Error after `timeout_ms` naming the
-// ranks that did not. A process may hold many communicators (one per group),
+// Returns once every rank has joined, or Error after `timeout_ms` (> 0) naming
+// the ranks that did not. A process may hold many communicators (one per group),
 // some on the same device.
 Status comm_init(Comm* comm, int nranks, const UniqueId& id, int rank, int device,
                  std::int64_t timeout_ms);
@@ -106,7 +106,8 @@ Status comm_get_async_error(Comm comm, std::string* message);
 // recv = op over all ranks of send; send == recv is allowed (in place).
 Status all_reduce(const void* send, void* recv, std::size_t count, Dtype dtype, ReduceOp op,
                   Comm comm, Stream stream);
-// recv = root's send on every rank; on root send == recv (in place) is allowed.
+// recv = root's send on every rank (send is read on root only; send == recv
+// there is allowed: in place).
 Status broadcast(const void* send, void* recv, std::size_t count, Dtype dtype, int root,
                  Comm comm, Stream stream);
 // recv on root = op over all ranks of send; recv is ignored on other ranks.
@@ -139,7 +140,8 @@ Status recv(void* buf, std::size_t count, Dtype dtype, int peer, Comm comm, Stre
 // they progress together, so point-to-point calls may be issued in any order
 // (both ranks sending first, as batch_isend_irecv and all-to-all patterns do)
 // without deadlock, and collectives may be fused. Nested groups count as one.
-// Within a group every call names the same stream.
+// Within a group every call names the same communicator and stream (c10d's
+// coalescing never mixes groups).
 Status group_start();
 Status group_end();
 

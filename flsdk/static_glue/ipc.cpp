@@ -200,7 +200,7 @@ py::tuple share(const c10::Storage& storage) {
                   allocator::allocation_of(data.get_context(), data.get_deleter(), &base,
                                            &allocation),
               kBackendName, ": share: this ", data.device(), " storage was not made by the "
-              "caching allocator (from_blob, or an external allocator), so it has no "
+              "caching allocator (it wraps memory allocated elsewhere), so it has no "
               "allocation to share; clone() it first");
   runtime::IpcMemHandle mem{};
   runtime::IpcEventHandle ev{};

@@ -24,13 +24,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment(**extra: str) -> dict:
+def environment(backend: str | None = None, **extra: str) -> dict:
     """The test's environment for the ranks: one thread each (2-4 processes share a
-    small machine), a 60 s group timeout, no slow-device setting unless asked."""
+    small machine), a 60 s group timeout, no slow-device setting unless asked.
+    `backend` (a device name): the ranks' `import torch` loads that backend, also
+    where the test itself runs with the autoload off (several backends installed)."""
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", DIST_TIMEOUT="60")
     for key in [k for k in env if k.endswith("_SLOW_DEVICE")]:
         del env[key]
+    if backend:
+        env["TORCH_FL_BACKEND"] = backend
+        env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     env.update(extra)
     return env
 
