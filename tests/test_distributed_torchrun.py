@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from torch_fl.testing.distributed import (SCENARIOS, SCRIPT, check_all_ok, environment,
-                                          free_port, torchrun)
+                                          free_port, killed_rank, torchrun)
 
 pytestmark = pytest.mark.usefixtures("acme_backend")
 
@@ -59,6 +59,30 @@ def test_plain_torchrun_script_on_a_fresh_scaffold(zeta_first_build, tmp_path):
                       PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     out = torchrun(["collectives", "ddp", "fsdp2", "tp"], env=env)
     assert "zeta:0 backend zetaccl native=False" in out, out[-3000:]
+
+
+def test_a_stalled_rank_times_the_others_out():
+    """A rank alive but not joining: after the group's timeout (3 s here) the
+    watchdog fails the collective on the others, naming it, the group and the
+    time, and aborts the communicator (its queued work ends)."""
+    outs = killed_rank(2, env=environment(DIST_TIMEOUT="3"), scenario="stall")
+    assert "did not finish within 3000 ms" in outs[0], outs[0][-2000:]
+
+
+def test_a_backend_without_ipc_refuses_to_share_a_tensor(zeta_first_build):
+    """A fresh scaffold's runtime lists no ipc: pickling a tensor for another process
+    fails naming the device and what is missing, instead of hanging a Queue."""
+    _, site = zeta_first_build
+    code = ("import torch, torch_fl_zeta; torch_fl_zeta.load()\n"
+            "from multiprocessing.reduction import ForkingPickler\n"
+            "try:\n    ForkingPickler.dumps(torch.ones(2, device='zeta'))\n"
+            "except RuntimeError as e:\n    print('REFUSED', e)\n")
+    env = environment("zeta", PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "REFUSED" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "does not share device memory between processes" in proc.stdout
+    assert "runtime_primitives does not list ipc" in proc.stdout
 
 
 @pytest.mark.slow

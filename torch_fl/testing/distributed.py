@@ -65,17 +65,19 @@ def check_all_ok(out: str, scenarios, ranks: int) -> None:
 
 
 def killed_rank(world: int = 3, *, env: dict | None = None, timeout: float = 120,
-                cwd: str | None = None) -> list[str]:
+                cwd: str | None = None, scenario: str = "kill") -> list[str]:
     """The "kill" scenario without torchrun (whose agent would kill the survivors
     itself): the last rank exits after a first collective, the others must raise
-    naming the collective and the group within the timeout. Returns the outputs."""
+    naming the collective and the group within the timeout. Returns the outputs.
+    scenario="stall": the last rank stays alive but stops calling collectives for
+    longer than the group's timeout."""
     port = free_port()
     base = env or environment(DIST_TIMEOUT="15")
     procs = []
     for r in range(world):
         rank_env = dict(base, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), "kill"], env=rank_env,
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), scenario], env=rank_env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       cwd=cwd))
     outs = []
@@ -89,5 +91,5 @@ def killed_rank(world: int = 3, *, env: dict | None = None, timeout: float = 120
         raise AssertionError("a survivor hung:\n" + "\n".join(logs)) from None
     assert procs[-1].returncode == 3, outs[-1][-2000:]
     for r in range(world - 1):
-        assert procs[r].returncode == 0 and f"rank {r}: kill ok" in outs[r], outs[r][-3000:]
+        assert procs[r].returncode == 0 and f"rank {r}: {scenario} ok" in outs[r], outs[r][-3000:]
     return outs

@@ -512,16 +512,13 @@ def scenario_compile() -> None:
 
 # --------------------------------------------------------------- failures
 
-def scenario_kill() -> None:
-    """The last rank exits in the middle of the job; the others must get an error
-    naming the collective and the group within the timeout, never hang."""
+def _expect_failure(what: str, exit_code_ok: int = 0) -> None:
+    """This rank's next collectives must raise (naming the collective and the
+    group) within the group's timeout, never hang; then the process ends (the
+    group is broken: no destroy_process_group)."""
     import time
 
     t = torch.ones(1 << 16, device=DEVICE)
-    dist.all_reduce(t)
-    torch.accelerator.synchronize()
-    if RANK == WORLD - 1:
-        os._exit(3)
     start = time.monotonic()
     try:
         for _ in range(3):
@@ -536,11 +533,36 @@ def scenario_kill() -> None:
         check("group" in message, f"the error names the group: {message}")
         limit = float(os.environ.get("DIST_TIMEOUT", "60")) + 10
         check(elapsed < limit, f"the error took {elapsed:.1f} s (timeout {limit - 10} s)")
-        print(f"rank {RANK}: kill ok", flush=True)
-        os._exit(0)  # the group is broken: skip destroy_process_group
-    raise AssertionError(f"rank {RANK}: no error although rank {WORLD - 1} exited")
+        print(f"rank {RANK}: {what} ok", flush=True)
+        sys.stdout.flush()
+        os._exit(exit_code_ok)
+    raise AssertionError(f"rank {RANK}: no error in the {what} scenario")
 
 
+def scenario_kill() -> None:
+    """The last rank exits in the middle of the job; the others must get an error
+    naming the collective and the group within the timeout, never hang."""
+    t = torch.ones(1 << 16, device=DEVICE)
+    dist.all_reduce(t)
+    torch.accelerator.synchronize()
+    if RANK == WORLD - 1:
+        os._exit(3)
+    _expect_failure("kill")
+
+
+def scenario_stall() -> None:
+    """The last rank stops calling collectives (alive, busy elsewhere) for longer
+    than the group's timeout: the others' watchdogs fail the collective they wait
+    in, naming it, the group and the time, and abort the group."""
+    import time
+
+    t = torch.ones(1 << 16, device=DEVICE)
+    dist.all_reduce(t)
+    torch.accelerator.synchronize()
+    if RANK == WORLD - 1:
+        time.sleep(float(os.environ.get("DIST_TIMEOUT", "60")) + 3)
+        os._exit(3)
+    _expect_failure("stall")
 SCENARIOS = {
     "collectives": scenario_collectives,
     "ddp": scenario_ddp,
@@ -549,6 +571,7 @@ SCENARIOS = {
     "pipeline": scenario_pipeline,
     "compile": scenario_compile,
     "kill": scenario_kill,
+    "stall": scenario_stall,
 }
 
 
