@@ -15,6 +15,7 @@ add_library(acme_runtime STATIC
   ${ACME_RUNTIME_DIR}/memory.cpp
   ${ACME_RUNTIME_DIR}/stream.cpp
   ${ACME_RUNTIME_DIR}/options.cpp
+  ${ACME_RUNTIME_DIR}/profiling.cpp
   ${ACME_RUNTIME_DIR}/adapter.cpp
   ${ACME_RUNTIME_DIR}/compute_units.cpp
   ${ACME_RUNTIME_DIR}/vector_isa.cpp
