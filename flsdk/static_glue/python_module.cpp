@@ -18,7 +18,10 @@
 #include "device_config.h"
 #include "fallback.h"
 #include "host_kernels.h"
+#include "memory_history.h"
 #include "native_ops.h"
+#include "op_routes.h"
+#include "profiler.h"
 
 namespace py = pybind11;
 
@@ -44,6 +47,77 @@ void set_rng_state(int index, const std::string& state) {
   std::memcpy(tensor.data_ptr(), state.data(), state.size());
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(tensor);
+}
+
+py::list frames_list(const std::vector<memory_history::Frame>& frames) {
+  py::list out;
+  for (const auto& f : frames) {
+    py::dict d;
+    d["filename"] = f.filename;
+    d["line"] = f.line;
+    d["name"] = f.name;
+    out.append(d);
+  }
+  return out;
+}
+
+// The allocator's state and history in the form of torch.cuda.memory._snapshot():
+// what torch.cuda._memory_viz and pytorch.org/memory_viz read.
+py::dict memory_history_snapshot() {
+  auto segments = allocator::snapshot();
+  std::vector<std::shared_ptr<c10::GatheredContext>> contexts;
+  for (const auto& s : segments)
+    for (const auto& b : s.block_list) contexts.push_back(b.context);
+  auto frames = memory_history::symbolize(contexts);
+  std::size_t next = 0;
+  py::list segs;
+  for (const auto& s : segments) {
+    py::dict d;
+    d["device"] = s.device;
+    d["address"] = s.address;
+    d["total_size"] = s.total_size;
+    d["allocated_size"] = s.allocated_size;
+    d["active_size"] = s.active_size;
+    d["requested_size"] = s.requested_size;
+    d["stream"] = s.stream;
+    d["segment_type"] = s.small ? "small" : "large";
+    d["segment_pool_id"] = py::make_tuple(0, 0);
+    d["is_expandable"] = false;
+    d["frames"] = py::list();
+    py::list blocks;
+    for (const auto& b : s.block_list) {
+      py::dict block;
+      block["address"] = b.address;
+      block["size"] = b.size;
+      block["requested_size"] = b.requested_size;
+      block["state"] = b.state;
+      block["frames"] = frames_list(frames[next++]);
+      blocks.append(block);
+    }
+    d["blocks"] = blocks;
+    segs.append(d);
+  }
+  py::list traces;
+  for (int i = 0; i < device_count(); ++i) traces.append(py::list());
+  for (const auto& e : memory_history::trace()) {
+    if (e.device < 0 || e.device >= device_count()) continue;
+    py::dict d;
+    d["action"] = memory_history::action_name(e.action);
+    d["addr"] = e.addr;
+    d["size"] = e.size;
+    d["stream"] = e.stream;
+    d["time_us"] = e.time_us;
+    if (e.action == memory_history::Action::Oom) d["device_free"] = e.device_free;
+    d["frames"] = frames_list(e.frames);
+    traces[static_cast<std::size_t>(e.device)].cast<py::list>().append(d);
+  }
+  py::dict out;
+  out["segments"] = segs;
+  out["device_traces"] = traces;
+  py::dict settings;
+  for (const auto& [key, value] : allocator::get_config()) settings[py::str(key)] = value;
+  out["allocator_settings"] = settings;
+  return out;
 }
 
 }  // namespace
@@ -81,11 +155,25 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  m.def("record_memory_history", [](bool trace, bool state, bool alloc_stacks, bool free_stacks,
+                                     bool cpp, std::size_t max_entries, bool clear) {
+    memory_history::Settings settings;
+    settings.trace = trace;
+    settings.state = state;
+    settings.alloc_stacks = alloc_stacks;
+    settings.free_stacks = free_stacks;
+    settings.cpp = cpp;
+    settings.max_entries = max_entries;
+    memory_history::configure(settings, clear);
+  }, "What torch.<name>.memory._record_memory_history asked for (memory_history.h).");
+  m.def("memory_history_snapshot", &memory_history_snapshot,
+        "The allocator's segments, blocks and history as torch.cuda.memory._snapshot() gives them.");
   m.def("fallback_log", [] {
     py::list out;
     for (const auto& e : fallback::log()) {
       py::dict d;
       d["op"] = e.op;
+      d["reason"] = e.reason;
       d["count"] = e.count;
       d["time_s"] = e.time_s;
       d["bytes_copied"] = e.bytes_copied;
@@ -99,6 +187,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_fallback_deny_list", [](const std::vector<std::string>& ops) { fallback::set_deny_list(ops); });
   m.def("fallback_deny_list", [] { return fallback::deny_list(); });
   m.def("set_fallback_warn", [](bool on) { fallback::set_warn(on); });
+  m.def("set_op_route", [](const std::string& op, bool fallback, const std::string& origin) {
+    op_routes::set(op, fallback, origin);
+  }, "Route a native op (\"mm\", \"add.Tensor\") to the CPU fallback, or back (op_routes.h); "
+     "torch_fl.set_op_route checks the name first.");
+  m.def("op_routes", [] { return op_routes::routes(); });
+  m.def("routable_ops", [] { return routable_op_names(); });
   m.def("runtime_set_option", [](const std::string& key, const std::string& value) {
     check_status(runtime::set_option(key.c_str(), value.c_str()), "set_option");
   });
@@ -138,6 +232,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   }, "Addresses of the C functions that run host code as device work (host_kernels.h).");
   m.attr("runtime_has_host_kernels") = config::kRuntimeHasHostKernels;
+  m.attr("profiler_records_device_activity") = profiler::records_device_activity();
+  m.def("profiler_no_device_activity_message", [] { return profiler::no_device_activity_message(); });
   m.attr("display_name") = config::kDisplayName;
   m.attr("memory_model") = config::kMemoryModel;
   m.attr("kernels_launch_on_streams") = config::kKernelsLaunchOnStreams;
