@@ -1,9 +1,11 @@
 // Boxed CPU fallback for every op without a native kernel: copies the device
 // inputs to the host, runs PyTorch's CPU kernel, copies results back, and
-// logs what it did. It can be switched off (then the op fails, naming op,
-// device and dtypes) and ops can be denied one by one. The generated
-// wrappers send it the calls whose dtypes a native kernel does not list.
-// Its copies to the host are the host waits it causes (HostWait::Fallback).
+// logs what it did, with the reason the op ran there (no native kernel, a
+// dtype its kernel does not compute, or a run-time route: op_routes.h). It can
+// be switched off (then the op fails, naming op, device and dtypes) and ops can
+// be denied one by one. The generated wrappers send it the calls whose dtypes a
+// native kernel does not list, and the calls of routed ops. Its copies to the
+// host are the host waits it causes (HostWait::Fallback).
 //
 // Device-only ops (flsdk/spec/device_only.py: no CPU kernel exists, so the
 // boxed fallback cannot run them) that the backend does not implement get
@@ -34,6 +36,7 @@
 #include "device_config.h"
 #include "fallback.h"
 #include "fallback_device_only.h"
+#include "op_routes.h"
 
 namespace FLSDK_BACKEND_NS::fallback {
 namespace {
@@ -44,8 +47,12 @@ struct Stats {
   int64_t bytes = 0;
 };
 
+// Why an op ran on the fallback, as the log says it.
+constexpr const char* kNoKernel = "no native kernel";
+constexpr const char* kDtype = "dtype not computed by the native kernel";
+
 std::mutex g_mutex;
-std::map<std::string, Stats> g_log;
+std::map<std::pair<std::string, std::string>, Stats> g_log;  // (op, reason) -> stats
 std::set<std::string> op_set(const char* const* ops) {
   std::set<std::string> out;
   for (; *ops; ++ops) out.insert(*ops);
@@ -145,9 +152,9 @@ void check_one_device(const std::string& name, const torch::jit::Stack& stack,
   }
 }
 
-void record(const std::string& name, double seconds, int64_t bytes) {
+void record(const std::string& name, const std::string& reason, double seconds, int64_t bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto& stats = g_log[name];
+  auto& stats = g_log[{name, reason}];
   stats.count += 1;
   stats.time_s += seconds;
   stats.bytes += bytes;
@@ -229,7 +236,8 @@ class OutResizeWarnings final : public c10::WarningHandler {
 };
 
 template <class Run>
-void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run) {
+void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason,
+                Run run) {
   std::string name = op_name(op);
   auto num_arguments = op.schema().arguments().size();
   bool denied;
@@ -268,7 +276,7 @@ void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run
   auto num_returns = op.schema().returns().size();
   for (std::size_t i = stack->size() - num_returns; i < stack->size(); ++i)
     bytes += device_bytes((*stack)[i]);
-  record(name, seconds, bytes);
+  record(name, reason, seconds, bytes);
 }
 
 // --- device-only ops the backend does not implement ---------------------------
@@ -290,15 +298,22 @@ void insert_bias_sizes(torch::jit::Stack* stack) {
 
 }  // namespace
 
-void run_as_cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                          const std::string& reference_op) {
+namespace {
+void run_as_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                      const std::string& reference_op, const std::string& reason) {
   std::string name = op_name(op);
   const auto& reference = c10::Dispatcher::singleton().findSchemaOrThrow(
       ("aten::" + reference_op).c_str(), "");
-  run_logged(op, stack, [&] {
+  run_logged(op, stack, reason, [&] {
     if (name == "convolution_backward_overrideable") insert_bias_sizes(stack);
     at::native::cpu_fallback(reference, stack);
   });
+}
+}  // namespace
+
+void run_as_cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          const std::string& reference_op) {
+  run_as_reference(op, stack, reference_op, kNoKernel);
 }
 
 void raise_must_be_native(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -322,7 +337,8 @@ template <class F>
 auto timed(const char* name, F f) {
   auto start = std::chrono::steady_clock::now();
   auto result = f();
-  record(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0);
+  record(name, kNoKernel,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0);
   return result;
 }
 
@@ -401,13 +417,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
 }
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_logged(op, stack, [&] { at::native::cpu_fallback(op, stack); });
+  run_logged(op, stack, kNoKernel, [&] { at::native::cpu_fallback(op, stack); });
+}
+
+void run_dtype_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_logged(op, stack, kDtype, [&] { at::native::cpu_fallback(op, stack); });
+}
+
+void run_routed_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name(op);
+  if (const char* reference = cpu_reference_of(name.substr(0, name.find('.')))) {
+    run_as_reference(op, stack, reference, op_routes::reason(name));
+    return;
+  }
+  run_logged(op, stack, op_routes::reason(name), [&] { at::native::cpu_fallback(op, stack); });
 }
 
 namespace {
 // Ops on sparse device tensors run on CPU's sparse kernels.
 void run_on_sparse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_logged(op, stack,
+  run_logged(op, stack, kNoKernel,
              [&] { at::native::cpu_fallback(op, stack, false, c10::DispatchKey::SparseCPU); });
 }
 }  // namespace
@@ -415,8 +444,8 @@ void run_on_sparse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 std::vector<LogEntry> log() {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::vector<LogEntry> out;
-  for (const auto& [name, stats] : g_log)
-    out.push_back({name, stats.count, stats.time_s, stats.bytes});
+  for (const auto& [key, stats] : g_log)
+    out.push_back({key.first, key.second, stats.count, stats.time_s, stats.bytes});
   return out;
 }
 

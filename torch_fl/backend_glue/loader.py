@@ -20,6 +20,7 @@ import time
 import warnings
 
 from .device_defaults import install_device_defaults
+from .op_routes import apply_env as apply_env_op_routes
 
 # Which installed backend torch's autoloader loads when several are installed
 # (one PrivateUse1 backend per process): unset = the first that loads.
@@ -147,6 +148,7 @@ class BackendLoader:
                         for_packed_sequence=True)
                     self._methods_generated = True
                 native.init()
+                apply_env_op_routes(torch, native, self.name)  # TORCH_FL_OP_ROUTES; warns, never raises
                 atexit.register(let_autograd_threads_settle)
                 self.install_compile_fallback()
                 install_device_defaults(torch, self.name, self.descriptor.get("amp_dtypes") or ())
@@ -195,3 +197,8 @@ class BackendLoader:
         which arguments decide (the generated op_dtypes.py: imported on first use, as
         it is large and `import torch` should not pay for it)."""
         return importlib.import_module(self.package + "._generated.op_dtypes").OP_DTYPES
+
+    def op_specs(self):
+        """Registered op -> (spec file:line, kernel, kernel file): the generated
+        op_specs.py, imported on first use."""
+        return importlib.import_module(self.package + "._generated.op_specs").OP_SPECS
