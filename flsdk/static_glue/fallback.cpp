@@ -16,6 +16,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/tanh.h>
@@ -439,6 +441,77 @@ void run_on_sparse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   run_logged(op, stack, kNoKernel,
              [&] { at::native::cpu_fallback(op, stack, false, c10::DispatchKey::SparseCPU); });
 }
+
+// Moves every device tensor of `value` (a tensor or a list of them) with `move`.
+template <class Move>
+c10::IValue moved(const c10::IValue& value, Move move) {
+  if (value.isTensor()) return c10::IValue(move(value.toTensor()));
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : value.toTensorList()) out.push_back(move(t));
+    return c10::IValue(out);
+  }
+  return value;
+}
+
+// Ops on sparse compressed device tensors (CSR, CSC, BSR, BSC): their tensor
+// arguments go to the CPU in their layout (ATen's own copy of the compressed
+// members), the CPU kernel runs, its tensors come back to the device, and the
+// arguments it wrote (out=) are copied back into the caller's tensors. PyTorch's
+// cpu_fallback does not move these layouts (it crashed in an OpInfo run), hence
+// this one. The copies keep requires_grad: some CPU kernels save what their
+// backward needs only then (sparse.mm's reduce keeps the argmax indices).
+bool sparse_compressed(const at::Tensor& t) {
+  const auto layout = t.layout();
+  return layout == c10::kSparseCsr || layout == c10::kSparseCsc || layout == c10::kSparseBsr ||
+         layout == c10::kSparseBsc;
+}
+
+void copy_back(const at::Tensor& device_tensor, const at::Tensor& cpu) {
+  if (sparse_compressed(device_tensor)) {
+    at::native::resize_as_sparse_compressed_(device_tensor, cpu);
+    at::native::copy_sparse_compressed_(const_cast<at::Tensor&>(device_tensor), cpu);
+  } else {
+    device_tensor.resize_(cpu.sizes());
+    const_cast<at::Tensor&>(device_tensor).copy_(cpu);
+  }
+}
+
+void run_on_sparse_compressed_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  run_logged(op, stack, kNoKernel, [&] {
+    const std::size_t base = stack->size() - arguments.size();
+    std::optional<c10::Device> device;
+    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (caller's tensor, CPU copy)
+    for (std::size_t i = base; i < stack->size(); ++i) {
+      const auto* alias = arguments[i - base].alias_info();
+      const bool writes = alias != nullptr && alias->isWrite();
+      (*stack)[i] = moved((*stack)[i], [&](const at::Tensor& t) {
+        if (!t.defined() || t.device().type() != kDeviceType) return t;
+        device = t.device();
+        at::Tensor cpu = t.to(c10::kCPU);
+        if (t.requires_grad() && !cpu.requires_grad()) cpu.requires_grad_(true);
+        if (writes) written.emplace_back(t, cpu);
+        return cpu;
+      });
+    }
+    // Without a device tensor (a factory naming the device) the call would come
+    // straight back here.
+    TORCH_CHECK_NOT_IMPLEMENTED(device.has_value(), kBackendName, ": aten::", op_name(op),
+                                " has no kernel for sparse compressed ", kBackendName,
+                                " tensors and no device tensor argument to run it on the CPU");
+    op.callBoxed(stack);
+    for (const auto& [caller, cpu] : written) copy_back(caller, cpu);
+    const std::size_t returned = op.schema().returns().size();
+    for (std::size_t i = stack->size() - returned; i < stack->size(); ++i) {
+      (*stack)[i] = moved((*stack)[i], [&](const at::Tensor& t) {
+        for (const auto& [caller, cpu] : written)
+          if (t.is_same(cpu)) return caller;  // out= returns the caller's tensor
+        return t.defined() && t.device().is_cpu() ? t.to(*device) : t;
+      });
+    }
+  });
+}
 }  // namespace
 
 std::vector<LogEntry> log() {
@@ -477,5 +550,41 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // Sparse device tensors: PyTorch's CPU fallback moves them to SparseCPU and back.
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_cpu>());
+}
+
+// Sparse compressed device tensors (sparse.sampled_addmm, sparse.mm(reduce=...)).
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_compressed_cpu>());
+}
+
+void register_sparse_ops() {
+  // Structured ops (add, mul, ...) have a kernel for every backend, the
+  // CompositeExplicitAutogradNonFunctional one written for strided tensors,
+  // which the dispatcher prefers to a backend fallback: on a sparse device
+  // tensor it fails ("unsupported tensor layout"). So every aten op that CPU
+  // runs on a sparse layout and this backend does not, is registered to the
+  // sparse fallbacks by name. Called once the module's own registrations are in.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* coo = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
+                                   __FILE__, __LINE__);  // leaked: lives as long as torch
+    auto* compressed = new torch::Library(torch::Library::IMPL, "aten",
+                                          c10::DispatchKey::SparseCsrPrivateUse1, __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op.has_value()) continue;
+      const std::string overload = name.name.substr(6) +
+                                   (name.overload_name.empty() ? "" : "." + name.overload_name);
+      if (op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1))
+        coo->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_cpu>());
+      if (op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrCPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrPrivateUse1))
+        compressed->impl(overload.c_str(),
+                         torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_compressed_cpu>());
+    }
+  });
 }
 }  // namespace FLSDK_BACKEND_NS::fallback

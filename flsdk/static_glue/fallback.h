@@ -34,6 +34,11 @@ struct LogEntry {
   int64_t bytes_copied;  // device bytes moved to and from the host
 };
 
+// Registers the sparse fallbacks for the ops whose generic (strided) kernel would
+// otherwise take sparse device tensors; once, after the module's static
+// registrations (python_module.cpp).
+void register_sparse_ops();
+
 std::vector<LogEntry> log();
 void clear_log();
 void set_enabled(bool enabled);

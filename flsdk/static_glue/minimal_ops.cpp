@@ -28,6 +28,7 @@
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/col_indices_native.h>
 #include <ATen/ops/crow_indices_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/row_indices_native.h>
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/dense_dim_native.h>
@@ -329,9 +330,8 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
 // Sparse compressed (CSR/CSC/BSR/BSC) device tensors: bookkeeping over dense
 // device tensors as well, read by ATen's own accessors (without them the
 // CompositeExplicitAutograd defaults run and refuse the layout, so such a
-// tensor could not even be copied to the CPU). Other ops on them are not
-// supported on the device (no fallback: cpu_fallback's SparseCsr path crashed
-// in an OpInfo run, sparse.mm.reduce backward): they raise the dispatcher's error.
+// tensor could not even be copied to the CPU). Other ops on them run on the CPU
+// through the glue's own fallback for these layouts (fallback.cpp).
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
   m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
@@ -341,6 +341,11 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
   m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
   m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  // Making, copying and resizing one: member by member, on the device.
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_compressed_symint));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse_compressed));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_compressed_));
+  m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
 }
 
 }  // namespace FLSDK_BACKEND_NS
