@@ -6,10 +6,11 @@
 Measures, in one process, rounds taken in turn so that the machine's drift is shared:
 
 * a ResNet-18 training step (the README demo's: batch 8, 3x32x32, SGD with momentum)
-  with the profiler off, and inside torch.profiler.profile(activities=[CPU,
-  PrivateUse1]) (the step only: the profile's start and its post-processing are
-  reported apart), and with profile_memory=True as well;
-* the host time of a tiny op (add on 8 elements), off and inside a profile;
+  with the profiler off, inside torch.profiler.profile(activities=[CPU]) (PyTorch's
+  own cost), inside profile(activities=[CPU, PrivateUse1]) (with the device's
+  activity), and with profile_memory=True as well (the step only: the profile's start
+  and its post-processing are reported apart);
+* the host time of a tiny op (add on 8 elements), off and inside both profiles;
 * the profile's own fixed costs: entering it, and turning it into key_averages().
 
 --trace writes the Chrome trace of one profiled step (open it in
@@ -71,21 +72,24 @@ def measure_steps(steps: int, rounds: int) -> dict:
     step = resnet_step("acme")
     for _ in range(3):
         step()  # warm-up: the allocator's cache, momentum buffers
-    times = {"off": [], "profiled": [], "profiled_memory": []}
+    device = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+    variants = (("profiled_cpu_only", [ProfilerActivity.CPU], False), ("profiled", device, False),
+                ("profiled_memory", device, True))
+    times = {"off": [], **{key: [] for key, _, _ in variants}}
     enter, process = [], []
     for _ in range(rounds):
         times["off"] += timed_steps(step, steps)
-        for key, memory in (("profiled", False), ("profiled_memory", True)):
+        for key, activities, memory in variants:
             t0 = time.perf_counter()
-            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
-                           profile_memory=memory)
+            prof = profile(activities=activities, profile_memory=memory)
             prof.__enter__()
             enter.append(time.perf_counter() - t0)
             times[key] += timed_steps(step, steps)
             prof.__exit__(None, None, None)
-            t0 = time.perf_counter()
-            prof.key_averages()
-            process.append((time.perf_counter() - t0) / steps)
+            if key == "profiled":
+                t0 = time.perf_counter()
+                prof.key_averages()
+                process.append((time.perf_counter() - t0) / steps)
     out = {k: statistics.median(v) for k, v in times.items()}
     out["profile_enter_s"] = statistics.median(enter)
     out["post_processing_per_step_s"] = statistics.median(process)
@@ -97,10 +101,14 @@ def measure_tiny_op() -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.ones(8, device="acme")
-    off = measure(lambda: x + 1, "acme", min_time=0.2)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
-        on = measure(lambda: x + 1, "acme", min_time=0.2)
-    return {"off": off, "profiled": on}
+    out = {"off": [], "profiled_cpu_only": [], "profiled": []}
+    for _ in range(3):  # in turn: the machine's drift is shared
+        out["off"].append(measure(lambda: x + 1, "acme", min_time=0.2))
+        with profile(activities=[ProfilerActivity.CPU]):
+            out["profiled_cpu_only"].append(measure(lambda: x + 1, "acme", min_time=0.2))
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+            out["profiled"].append(measure(lambda: x + 1, "acme", min_time=0.2))
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def write_trace(path: str) -> dict:
@@ -240,14 +248,16 @@ def main(argv=None) -> int:
         off = steps["off"]
         print(f"ResNet-18 training step on acme (batch 8, 3x32x32), median of {args.rounds}x{args.steps}:")
         print(f"  profiler off                 {off * 1e3:8.1f} ms")
-        for key, label in (("profiled", "profiled (CPU + device)"),
+        for key, label in (("profiled_cpu_only", "profiled (CPU only)"),
+                           ("profiled", "profiled (CPU + device)"),
                            ("profiled_memory", "profiled + profile_memory")):
             print(f"  {label:<28} {steps[key] * 1e3:8.1f} ms  ({steps[key] / off:.2f}x)")
         print(f"  entering a profile           {steps['profile_enter_s'] * 1e3:8.1f} ms (once per profile)")
         print(f"  key_averages() per step      {steps['post_processing_per_step_s'] * 1e3:8.1f} ms "
               f"(after the profile)")
         print(f"host time of add on 8 elements: {tiny['off'] * 1e6:.2f} us off, "
-              f"{tiny['profiled'] * 1e6:.2f} us profiled")
+              f"{tiny['profiled_cpu_only'] * 1e6:.2f} us profiled (CPU only), "
+              f"{tiny['profiled'] * 1e6:.2f} us profiled (CPU + device)")
     if args.trace:
         trace = write_trace(args.trace)
         print(f"trace of one step: {args.trace}")

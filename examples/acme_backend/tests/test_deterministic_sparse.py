@@ -76,3 +76,40 @@ def test_sparse_mm_backward_matches_cpu():
         return s.grad.to_dense().cpu(), d.grad.cpu()
     for got, expected in zip(grads("acme"), grads("cpu")):
         torch.testing.assert_close(got, expected)
+
+
+def _csr_case():
+    torch.manual_seed(0)
+    mask = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]).to_sparse_csr()
+    return mask, torch.randn(2, 4), torch.randn(4, 3)
+
+
+def test_sparse_csr_sampled_addmm_and_mm_reduce_forward_and_backward_on_the_fallback():
+    def run(device):
+        mask, a, b = _csr_case()
+        a, b = a.to(device).requires_grad_(True), b.to(device).requires_grad_(True)
+        out = torch.sparse.sampled_addmm(mask.to(device), a, b, beta=0.5, alpha=2.0)
+        out.to_dense().square().sum().backward()
+        csr = mask.to(device).requires_grad_(True)
+        reduced = torch.sparse.mm(csr, b.detach().T.contiguous().requires_grad_(True), "amax")
+        reduced.square().sum().backward()
+        return [out.to_dense().cpu(), a.grad.cpu(), b.grad.cpu(), reduced.detach().cpu(),
+                csr.grad.to_dense().cpu()]
+    torch_fl.clear_fallback_log()
+    for got, expected in zip(run("acme"), run("cpu")):
+        torch.testing.assert_close(got, expected)
+    ops = {e["op"] for e in torch_fl.get_fallback_log()}
+    assert {"sparse_sampled_addmm", "_sparse_mm_reduce_impl", "_sparse_mm_reduce_impl_backward"} <= ops
+
+
+@pytest.mark.slow
+def test_opinfo_sparse_csr_cases_pass_on_the_fallback():
+    pytest.importorskip("expecttest")
+    from torch_fl.testing import opinfo
+
+    report = opinfo.run_opinfo("acme:0", phases=["forward", "grad"],
+                               ops=["sparse.sampled_addmm", "sparse.mm.reduce"], progress=False)
+    for row in report.rows:
+        for phase in ("forward", "grad"):
+            assert row[phase]["status"] == "pass", (row["op"], phase, row[phase].get("detail"))
+            assert row[phase]["native"] is False  # they run on the CPU fallback

@@ -144,3 +144,20 @@ def test_bisection_on_a_small_model():
     assert torch_fl.get_op_routes() == {"aten::exp": "fallback"}
     native.runtime_set_option("wrong_kernel", "none")
     assert torch_fl.compare_model(model, (x,), "cpu", "acme:0", bisect=True).bisection is None
+
+
+def test_flsdk_compare_bisect_names_the_wrong_kernel(tmp_path):
+    (tmp_path / "tiny_model.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))\n"
+        "    return model, torch.randn(5, 8)\n")
+    env = dict(os.environ, ACME_WRONG_KERNEL="k_tanh")  # acme reads it at init
+    proc = subprocess.run([sys.executable, "-m", "flsdk.cli", "compare", "--model", "tiny_model:build",
+                           "--bisect"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "first divergent layer (forward): 1" in proc.stdout
+    assert "bisection: routing aten::tanh to the CPU removes the divergence" in proc.stdout
+    assert "kernel k_tanh in kernels/" in proc.stdout
