@@ -193,7 +193,7 @@ class Session final : public libkineto::IActivityProfilerSession {
     for (const auto& r : records_) {
       const int64_t start = r.start_ns + offset_ns_;
       const int64_t end = std::max(r.end_ns, r.start_ns) + offset_ns_;
-      const int64_t stream = std::max<int64_t>(stream_id_of(r.device, r.stream), 0);
+      const int64_t stream = lane_of(r.device, r.stream);
       lanes.insert({r.device, stream});
       const libkineto::ITraceActivity* op =
           (r.correlation_id != 0 && linked_op) ? linked_op(static_cast<int32_t>(r.correlation_id))
@@ -266,10 +266,11 @@ class Session final : public libkineto::IActivityProfilerSession {
       // Device 0 is named through getDeviceInfo (which keeps Kineto from naming
       // the lanes "GPU n"); the others here.
       if (device != 0) logger.handleDeviceInfo(device_info(device), window_start);
-      logger.handleResourceInfo(
-          libkineto::ResourceInfo{stream, stream, device,
-                                  stream == 0 ? "stream 0 (default)" : "stream " + std::to_string(stream)},
-          window_start);
+      const std::string name = stream == 0 ? "stream 0 (default)"
+                               : stream >= kRuntimeStreamLanes
+                                   ? "stream (runtime's #" + std::to_string(stream - kRuntimeStreamLanes) + ")"
+                                   : "stream " + std::to_string(stream);
+      logger.handleResourceInfo(libkineto::ResourceInfo{stream, stream, device, name}, window_start);
     }
     for (const auto& activity : buffer_->activities) activity->log(logger);
   }
@@ -313,6 +314,19 @@ class Session final : public libkineto::IActivityProfilerSession {
     if (kind != Pushed::Skipped) runtime::profiler_pop_correlation();
   }
 
+  // The lane (trace tid) of work queued on `handle`: the torch stream id of the
+  // glue's streams (0 the default stream), and for a stream the glue did not
+  // create (one the runtime or a collective library made itself) a lane of its
+  // own from kRuntimeStreamLanes on.
+  static constexpr int64_t kRuntimeStreamLanes = 1000;
+  int64_t lane_of(int device, runtime::Stream handle) {
+    const int64_t id = stream_id_of(device, handle);
+    if (id >= 0) return id;
+    auto [it, fresh] = foreign_streams_.try_emplace({device, handle}, 0);
+    if (fresh) it->second = kRuntimeStreamLanes + static_cast<int64_t>(foreign_streams_.size()) - 1;
+    return it->second;
+  }
+
   libkineto::GenericTraceActivity& add(ActivityType type, const std::string& name) {
     buffer_->emplace_activity(buffer_->span, type, name);
     return *buffer_->activities.back();
@@ -340,6 +354,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   std::vector<std::string> errors_;
   std::mutex mutex_;
   std::unordered_map<uint64_t, uint64_t> enclosing_range_;  // op id -> record_function id
+  std::map<std::pair<int, runtime::Stream>, int64_t> foreign_streams_;  // lane_of()
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };
 

@@ -214,3 +214,17 @@ def test_a_training_step_trace_has_host_and_device_lanes(tmp_path):
     assert len(linked) == len(_device_events(events)), "a device event without its op"
     averages = {e.key: e for e in prof.key_averages()}
     assert averages["aten::convolution_backward"].device_time_total > 0
+
+
+def test_each_device_has_its_own_lanes_and_peer_copies_show(tmp_path):
+    if torch.acme.device_count() < 2:
+        pytest.skip("needs two acme devices")
+    x0 = torch.randn(64, 64, device="acme:0")
+    x1 = torch.randn(64, 64, device="acme:1")
+    for i in range(2):
+        torch.acme.synchronize(i)
+    prof, events = _profile(lambda: ((x0 @ x0).cpu(), (x1 @ x1).cpu(), x1.to("acme:0")), tmp_path)
+    work = {(e["pid"], e["name"]) for e in _device_events(events)}
+    assert {(0, "k_mm"), (1, "k_mm"), (0, "Memcpy PtoP")} <= work, work
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert processes[0] == "acme:0" and processes[1] == "acme:1"
