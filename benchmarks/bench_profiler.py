@@ -1,7 +1,7 @@
 """What torch.profiler costs on acme, and the picture of a profiled training step.
 
-    python benchmarks/bench_profiler.py [--steps 10] [--rounds 3] [--json out.json]
-                                        [--trace step.json] [--svg step.svg]
+    python benchmarks/bench_profiler.py [--steps 10] [--rounds 3] [--smoke] [--json out.json]
+                                        [--trace step.json] [--svg step.svg] [--picture-only]
 
 Measures, in one process, rounds taken in turn so that the machine's drift is shared:
 
@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import measure  # noqa: E402
 
 
 def resnet_step(device: str):
@@ -96,18 +95,27 @@ def measure_steps(steps: int, rounds: int) -> dict:
     return out
 
 
-def measure_tiny_op() -> dict:
+def measure_tiny_op(calls: int = 2000) -> dict:
+    """Host seconds per call of add on 8 elements (bench_acme.py's host time: the
+    calls return without waiting for the device), one intra-op thread."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from bench_acme import host_time
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     x = torch.ones(8, device="acme")
     out = {"off": [], "profiled_cpu_only": [], "profiled": []}
-    for _ in range(3):  # in turn: the machine's drift is shared
-        out["off"].append(measure(lambda: x + 1, "acme", min_time=0.2))
-        with profile(activities=[ProfilerActivity.CPU]):
-            out["profiled_cpu_only"].append(measure(lambda: x + 1, "acme", min_time=0.2))
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
-            out["profiled"].append(measure(lambda: x + 1, "acme", min_time=0.2))
+    try:
+        for _ in range(3):  # in turn: the machine's drift is shared
+            out["off"].append(host_time(lambda: x + 1, "acme", calls, 5))
+            with profile(activities=[ProfilerActivity.CPU]):
+                out["profiled_cpu_only"].append(host_time(lambda: x + 1, "acme", calls, 5))
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+                out["profiled"].append(host_time(lambda: x + 1, "acme", calls, 5))
+    finally:
+        torch.set_num_threads(threads)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
@@ -237,13 +245,17 @@ def main(argv=None) -> int:
     parser.add_argument("--trace", help="write one profiled step's Chrome trace here")
     parser.add_argument("--svg", help="draw that trace as SVG here (needs --trace)")
     parser.add_argument("--picture-only", action="store_true", help="only --trace / --svg")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one step per round, one round, short tiny-op rounds (checks it runs)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.rounds = 1, 1
     import torch  # noqa: F401  (loads acme)
 
     results = {}
     if not args.picture_only:
         steps = measure_steps(args.steps, args.rounds)
-        tiny = measure_tiny_op()
+        tiny = measure_tiny_op(100 if args.smoke else 2000)
         results = {"resnet18_step": steps, "tiny_add": tiny}
         off = steps["off"]
         print(f"ResNet-18 training step on acme (batch 8, 3x32x32), median of {args.rounds}x{args.steps}:")
