@@ -558,12 +558,13 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 }
 
 void register_sparse_ops() {
-  // Structured ops (add, mul, ...) have a kernel for every backend, the
+  // Structured ops (add, mul, mm, ...) have a kernel for every backend, the
   // CompositeExplicitAutogradNonFunctional one written for strided tensors,
   // which the dispatcher prefers to a backend fallback: on a sparse device
-  // tensor it fails ("unsupported tensor layout"). So every aten op that CPU
-  // runs on a sparse layout and this backend does not, is registered to the
-  // sparse fallbacks by name. Called once the module's own registrations are in.
+  // tensor it fails ("unsupported tensor layout"). So each such op that CPU runs
+  // on a sparse layout and this backend does not is registered to the sparse
+  // fallbacks by name (about 120 of them). Called once the module's own
+  // registrations are in.
   static std::once_flag once;
   std::call_once(once, [] {
     auto* coo = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
@@ -575,6 +576,8 @@ void register_sparse_ops() {
       if (name.name.rfind("aten::", 0) != 0) continue;
       auto op = dispatcher.findOp(name);
       if (!op.has_value()) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+        continue;  // the fallback is reached already
       const std::string overload = name.name.substr(6) +
                                    (name.overload_name.empty() ? "" : "." + name.overload_name);
       if (op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) &&

@@ -66,6 +66,8 @@ def test_sparse_coo_accessors_and_ops_match_cpu():
     torch.testing.assert_close(s.t().to_dense().cpu(), s_cpu.t().to_dense())
     d = torch.randn(3, 2)
     torch.testing.assert_close(torch.sparse.mm(s, d.to("acme")).cpu(), torch.sparse.mm(s_cpu, d))
+    # structured ops (their generic kernel is for strided tensors) reach the sparse fallback too
+    torch.testing.assert_close((s * 2 + s).to_dense().cpu(), (s_cpu * 2 + s_cpu).to_dense())
 
 
 def test_sparse_mm_backward_matches_cpu():
