@@ -73,3 +73,18 @@ def test_comm_benchmark_smoke_run_reports_every_mode(tmp_path, acme_backend):
     assert {"ddp_resnet18", "fsdp2_gpt", "ddp_resnet18_comm", "fsdp2_gpt_comm"} <= set(
         data["scaling"]["ranks"])
     assert "training steps, 1 rank vs 2 ranks" in proc.stdout
+def test_profiler_benchmark_reports_and_draws(tmp_path, acme_backend):
+    """bench_profiler.py (issue 37): the profiler's cost on a ResNet-18 step and a tiny
+    op, and the picture of a profiled step (an SVG with the host and device lanes)."""
+    out, trace, svg = tmp_path / "prof.json", tmp_path / "step.json", tmp_path / "step.svg"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_profiler.py"), "--smoke",
+                           "--json", str(out), "--trace", str(trace), "--svg", str(svg)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data["resnet18_step"]) >= {"off", "profiled_cpu_only", "profiled", "profiled_memory"}
+    assert all(v > 0 for v in data["tiny_add"].values())
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {"kernel", "cpu_op", "ac2g"} <= {e.get("cat") for e in events}
+    picture = svg.read_text()
+    assert picture.startswith("<svg") and "stream 0 (default)" in picture and "(python)" in picture

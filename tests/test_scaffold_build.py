@@ -52,11 +52,20 @@ except NotImplementedError as e:
 # record_stream is glue: the caching allocator honours it
 y = torch.ones(2, device="zeta")
 y.record_stream(torch.Stream(device="zeta"))
+# Routing relu to the CPU at run time (issue 37): refused while relu has no kernel
+try:
+    torch_fl.set_op_route("aten::relu", "fallback")
+    native.clear_fallback_log()
+    torch.relu(torch.ones(3, device="zeta")).cpu()
+    routed = sorted((e["op"], e["reason"]) for e in native.fallback_log())
+    torch_fl.set_op_route("aten::relu", "native")
+except ValueError as e:
+    routed = str(e)
 report = torch_fl.check_ops(torch.nn.Conv2d(3, 4, 3), torch.randn(1, 3, 8, 8), "zeta", backward=True)
 print(json.dumps({"added": added, "relu": r, "fallback": fallback,
                   "conv_diff": conv_diff, "lstm_diff": lstm_diff, "gru_diff": gru_diff,
                   "device_only_log": device_only, "must_be_native": must_be_native,
-                  "check_ops": {u.op: [u.status, u.note] for u in report.ops}}))
+                  "check_ops": {u.op: [u.status, u.note] for u in report.ops}, "routed": routed}))
 """
 
 
@@ -107,6 +116,9 @@ def test_scaffold_build_run_then_fill_a_kernel(zeta_first_build, tmp_path):
     second = _run(tmp_path / "site2")
     assert second["relu"] == [0.0, 2.0, 0.0, 4.0]
     assert "relu" not in second["fallback"], "a filled kernel must run natively"
+    # a native kernel can be routed to the CPU at run time (a stub could not)
+    assert "has no native zeta kernel" in first["routed"], first["routed"]
+    assert second["routed"] == [["relu", "routed to the CPU (torch_fl.set_op_route)"]], second["routed"]
     # The backend's generated conformance suite: relu against CPU in its 9 dtypes,
     # its in-place and out= variants, and what stays on the fallback, said so.
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

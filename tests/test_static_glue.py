@@ -85,8 +85,11 @@ def test_static_sources_compile_where_they_live(tmp_path):
     from torch.utils.cpp_extension import include_paths
 
     include = _device_config(tmp_path)
+    # Kineto's headers too, for profiler.cpp, as generated/sources.cmake adds them
+    kineto = f"-isystem{include_paths()[0]}/kineto"
     flags = ["-std=c++20", "-fsyntax-only", "-Wall", "-Werror", f"-I{include}", f"-I{STATIC_DIR}",
-             *(f"-isystem{p}" for p in include_paths()), f"-isystem{sysconfig.get_paths()['include']}"]
+             *(f"-isystem{p}" for p in include_paths()), kineto,
+             f"-isystem{sysconfig.get_paths()['include']}"]
     sources = sorted(n for n in STATIC_GLUE if n.endswith(".cpp"))
 
     def compile_one(name: str):

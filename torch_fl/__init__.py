@@ -43,6 +43,12 @@ _EXPORTS = {
         "set_fallback_warn",
         "fallback_report",
     ),
+    "routing": (
+        "set_op_route",
+        "get_op_routes",
+        "op_route",
+        "clear_op_routes",
+    ),
     "memory": (
         "set_memory_config",
         "get_memory_config",
@@ -128,6 +134,10 @@ if TYPE_CHECKING:
     from .fallback import get_fallback_deny_list as get_fallback_deny_list
     from .fallback import set_fallback_warn as set_fallback_warn
     from .fallback import fallback_report as fallback_report
+    from .routing import set_op_route as set_op_route
+    from .routing import get_op_routes as get_op_routes
+    from .routing import op_route as op_route
+    from .routing import clear_op_routes as clear_op_routes
     from .memory import set_memory_config as set_memory_config
     from .memory import get_memory_config as get_memory_config
     from .memory import memory_stats as memory_stats
@@ -172,7 +182,7 @@ if TYPE_CHECKING:
 # submodules reachable as attributes without importing them first
 _SUBMODULES = ("checklist", "compare", "compat", "compile", "discovery", "distributed",
                "fallback", "graph", "memory", "models", "ops", "precision", "quantization",
-               "syncs", "testing")
+               "routing", "syncs", "testing")
 
 
 def __getattr__(name: str) -> Any:

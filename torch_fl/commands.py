@@ -45,6 +45,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", help="write the report as JSON to this file")
     p.add_argument("--atol", type=float, default=1e-3)
     p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--bisect", action="store_true",
+                   help="when the model diverges, find the smallest set of ops whose routing to "
+                   "the CPU removes the divergence (their spec lines and kernels are printed)")
     p.set_defaults(func=run_compare)
 
     p = sub.add_parser("readiness", help=COMMANDS["readiness"])
@@ -138,7 +141,7 @@ def user_workload(spec: str) -> tuple[Any, tuple, Any, Any]:
 
 
 def run_compare(args) -> int:
-    """args: model, device_a, device_b (None: first non-CPU device), json, atol, rtol."""
+    """args: model, device_a, device_b (None: first non-CPU device), json, atol, rtol, bisect."""
     from . import _backends
     from .compare import compare_model
 
@@ -158,7 +161,8 @@ def run_compare(args) -> int:
         return 1
     try:
         report = compare_model(model, inputs, args.device_a, device_b, loss_fn=loss_fn,
-                               targets=targets, atol=args.atol, rtol=args.rtol)
+                               targets=targets, atol=args.atol, rtol=args.rtol,
+                               bisect=getattr(args, "bisect", False))
     except Exception as exc:  # an op the device cannot run, a model error: say which, one line
         first = (str(exc).strip().splitlines() or [""])[0]
         print(f"flsdk compare: {args.model} failed on {args.device_a} vs {device_b}: "

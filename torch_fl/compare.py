@@ -9,6 +9,11 @@ first: layers after it inherit its error.
     >>> report = torch_fl.compare_model(model, (x,), "cpu", "acme:0")
     >>> print(report.table())
     >>> report.first_divergent          # 'layer3.0.conv1' or None
+
+With `bisect=True` a diverging model is run again on device_b with ops routed to the
+CPU (torch_fl.set_op_route) until the smallest set of ops whose routing removes the
+divergence is found: `report.bisection.ops` (e.g. ['aten::mm']), with each op's spec
+line and kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Callable
 from . import _backends
 from .precision import TensorDiff, tensor_diff
 
-__all__ = ["compare_model", "ModelCompareReport", "LayerDiff"]
+__all__ = ["compare_model", "ModelCompareReport", "LayerDiff", "Bisection"]
 
 
 @dataclass
@@ -39,6 +44,26 @@ class LayerDiff:
 
 
 @dataclass
+class Bisection:
+    """Which ops make device_b diverge: the smallest set whose routing to the CPU
+    (torch_fl.set_op_route) removes the divergence, found by bisection."""
+
+    ops: list[str]                 # 'aten::mm', ...: route these and the model agrees
+    found: bool                    # False: routing every candidate did not remove it
+    candidates: list[str]          # the native ops the model reached on device_b
+    runs: int                      # runs of the model on device_b the search took
+    specs: dict[str, str] = field(default_factory=dict)  # op -> 'spec file:line, kernel k_mm in file'
+    note: str = ""
+
+    def summary(self) -> str:
+        if not self.found:
+            return f"bisection: {self.note}"
+        where = "; ".join(f"{op}: {self.specs.get(op, 'spec unknown')}" for op in self.ops)
+        return (f"bisection: routing {', '.join(self.ops)} to the CPU removes the divergence "
+                f"({self.runs} runs over {len(self.candidates)} native ops) - {where}")
+
+
+@dataclass
 class ModelCompareReport:
     model: str
     device_a: str
@@ -51,6 +76,7 @@ class ModelCompareReport:
     loss_b: float | None = None
     missing: list[str] = field(default_factory=list)         # seen on one device only
     warnings: list[str] = field(default_factory=list)        # e.g. weight tying lost
+    bisection: Bisection | None = None                       # compare_model(bisect=True)
 
     @property
     def first_divergent(self) -> str | None:
@@ -64,8 +90,12 @@ class ModelCompareReport:
 
     @property
     def ok(self) -> bool:
-        return (all(d.ok for d in self.forward + self.grads) and not self.missing
-                and not self.warnings)
+        return self.agrees and not self.missing and not self.warnings
+
+    @property
+    def agrees(self) -> bool:
+        """Every compared layer output and gradient within tolerance."""
+        return all(d.ok for d in self.forward + self.grads)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items()}
@@ -106,6 +136,8 @@ class ModelCompareReport:
         if self.missing:
             lines.append("seen on one device only: " + ", ".join(self.missing))
         lines += [f"WARNING: {w}" for w in self.warnings]
+        if self.bisection is not None:
+            lines.append(self.bisection.summary())
         rows = [d for d in self.forward + self.grads if all_rows or not d.ok]
         if rows:
             width = max(len(d.name) for d in rows)
@@ -196,51 +228,13 @@ def _run(model, inputs, device, loss_fn, targets, backward):
     return records, grads, loss_value
 
 
-def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = None, *,
-                  loss_fn: Callable | None = None, targets: Any = None,
-                  atol: float = 1e-3, rtol: float = 1e-3, backward: bool = True,
-                  train: bool | None = None) -> ModelCompareReport:
-    """Compare `model(*inputs)` on device_a (reference) and device_b layer by layer.
-
-    * model: an nn.Module on any device; it is deep-copied, never modified.
-    * inputs: a tensor or tuple of args (copied to each device).
-    * loss_fn: loss_fn(output, targets) if targets is given, else loss_fn(output);
-      default: mean of squares of the float outputs. backward=False skips gradients.
-    * train: put both copies in train (True) / eval (False) mode; None keeps the
-      model's mode. Dropout draws different random numbers on two devices, so
-      compare models with dropout in eval mode.
-    """
-    import torch
-
-    dev_a = _backends.resolve_device(device_a)
-    dev_b = _backends.resolve_device(device_b if device_b is not None
-                                     else _backends.first_device())
-    args = inputs if isinstance(inputs, tuple) else (inputs,)
-    copies = []
-    for dev in (dev_a, dev_b):
-        m = copy.deepcopy(model).to(dev)
-        if train is not None:
-            m.train(train)
-        copies.append(m)
-    warnings = []
-    tied_a, tied_b = _shared_parameters(copies[0]), _shared_parameters(copies[1])
-    if tied_a != tied_b:
-        # Module.to() makes one new Parameter per module when the two devices'
-        # tensors are not "shallow-copy compatible": tied weights come apart and
-        # training silently changes (each copy gets only part of the gradient).
-        lost = [" = ".join(g) for g in tied_a if g not in tied_b]
-        warnings.append(f"parameter sharing differs: tied on {dev_a} but not on {dev_b}: "
-                        + "; ".join(lost) + " (model.to() broke weight tying; the backend "
-                        "needs a PrivateUse1 kernel for aten::_has_compatible_shallow_copy_type)")
-    # Same seed before each run: ops drawing random numbers on the CPU agree.
-    torch.manual_seed(0)
-    rec_a, grads_a, loss_a = _run(copies[0], args, dev_a, loss_fn, targets, backward)
-    torch.manual_seed(0)
-    rec_b, grads_b, loss_b = _run(copies[1], args, dev_b, loss_fn, targets, backward)
-
+def _report(model, dev_a, dev_b, atol, rtol, run_a, run_b, warnings) -> ModelCompareReport:
+    """The layer-by-layer comparison of run_b with run_a (each `_run`'s result)."""
+    rec_a, grads_a, loss_a = run_a
+    rec_b, grads_b, loss_b = run_b
     report = ModelCompareReport(model=type(model).__name__, device_a=str(dev_a),
                                 device_b=str(dev_b), atol=atol, rtol=rtol,
-                                loss_a=loss_a, loss_b=loss_b, warnings=warnings)
+                                loss_a=loss_a, loss_b=loss_b, warnings=list(warnings))
     report.missing = sorted((set(rec_a) ^ set(rec_b)) | (set(grads_a) ^ set(grads_b)))
     for name, (mtype, tensors_a) in rec_a.items():  # dicts keep call order
         if name not in rec_b:
@@ -265,3 +259,135 @@ def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = Non
         d = tensor_diff(ga, grads_b[pname][1], atol, rtol)
         report.grads.append(LayerDiff(pname, "grad", mtype, **_merge([d])))
     return report
+
+
+def _device_copy(model, dev, train):
+    m = copy.deepcopy(model).to(dev)
+    if train is not None:
+        m.train(train)
+    return m
+
+
+def compare_model(model, inputs: Any, device_a: Any = "cpu", device_b: Any = None, *,
+                  loss_fn: Callable | None = None, targets: Any = None,
+                  atol: float = 1e-3, rtol: float = 1e-3, backward: bool = True,
+                  train: bool | None = None, bisect: bool = False) -> ModelCompareReport:
+    """Compare `model(*inputs)` on device_a (reference) and device_b layer by layer.
+
+    * model: an nn.Module on any device; it is deep-copied, never modified.
+    * inputs: a tensor or tuple of args (copied to each device).
+    * loss_fn: loss_fn(output, targets) if targets is given, else loss_fn(output);
+      default: mean of squares of the float outputs. backward=False skips gradients.
+    * train: put both copies in train (True) / eval (False) mode; None keeps the
+      model's mode. Dropout draws different random numbers on two devices, so
+      compare models with dropout in eval mode.
+    * bisect: when device_b diverges, find the smallest set of ops whose routing to
+      the CPU removes the divergence (report.bisection; device_b must be a backend's).
+    """
+    import torch
+
+    dev_a = _backends.resolve_device(device_a)
+    dev_b = _backends.resolve_device(device_b if device_b is not None
+                                     else _backends.first_device())
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    copies = [_device_copy(model, dev, train) for dev in (dev_a, dev_b)]
+    warnings = []
+    tied_a, tied_b = _shared_parameters(copies[0]), _shared_parameters(copies[1])
+    if tied_a != tied_b:
+        # Module.to() makes one new Parameter per module when the two devices'
+        # tensors are not "shallow-copy compatible": tied weights come apart and
+        # training silently changes (each copy gets only part of the gradient).
+        lost = [" = ".join(g) for g in tied_a if g not in tied_b]
+        warnings.append(f"parameter sharing differs: tied on {dev_a} but not on {dev_b}: "
+                        + "; ".join(lost) + " (model.to() broke weight tying; the backend "
+                        "needs a PrivateUse1 kernel for aten::_has_compatible_shallow_copy_type)")
+    # Same seed before each run: ops drawing random numbers on the CPU agree.
+    torch.manual_seed(0)
+    run_a = _run(copies[0], args, dev_a, loss_fn, targets, backward)
+    torch.manual_seed(0)
+    run_b = _run(copies[1], args, dev_b, loss_fn, targets, backward)
+    report = _report(model, dev_a, dev_b, atol, rtol, run_a, run_b, warnings)
+    if bisect and not report.agrees:
+        def run_on_b():
+            torch.manual_seed(0)
+            run = _run(_device_copy(model, dev_b, train), args, dev_b, loss_fn, targets, backward)
+            return _report(model, dev_a, dev_b, atol, rtol, run_a, run, warnings).agrees
+        report.bisection = bisect_ops(run_on_b, dev_b)
+    return report
+
+
+def bisect_ops(agrees: Callable[[], bool], device: Any) -> Bisection:
+    """The smallest set of native ops whose routing to the CPU makes `agrees()` (a run
+    of the model on `device` compared with the reference) true.
+
+    Candidates are the ops the model reaches natively: with every routable op of the
+    backend routed, the fallback log names the routed calls. Then, with the ops found
+    so far routed, a binary search over the remaining candidates finds the shortest
+    prefix whose routing removes the divergence; its last op is needed, and the search
+    repeats until the found ops alone suffice (assuming that routing more ops to the
+    CPU never brings a divergence back). Each found op is then checked to be needed.
+    The user's routes and fallback mode are restored afterwards."""
+    dev = _backends.resolve_device(device)
+    if dev.type == "cpu":
+        return Bisection([], False, [], 0, note=f"{dev} is the CPU: nothing to route")
+    mod = _backends.backend(dev)
+    native = mod.native()
+    saved_routes = dict(native.op_routes())
+    saved_mode = bool(native.fallback_enabled())
+    runs = 0
+
+    def route(ops) -> None:
+        for op in list(native.op_routes()):
+            native.set_op_route(op, False, "")
+        for op in ops:
+            native.set_op_route(op, True, "compare_model bisection")
+
+    def agrees_with(ops) -> bool:
+        nonlocal runs
+        route(ops)
+        runs += 1
+        return agrees()
+
+    try:
+        native.set_fallback_enabled(True)
+        native.clear_fallback_log()
+        everything = sorted(native.routable_ops())
+        if not agrees_with(everything):
+            return Bisection([], False, [], runs, note=(
+                "routing every native op to the CPU does not remove the divergence: it is "
+                "not in a kernel (the glue's copies, the model, or ops without a CPU kernel)"))
+        reached = {e["op"] for e in native.fallback_log() if e.get("reason", "").startswith("routed")}
+        candidates = [op for op in everything if op in reached]
+        found: list[str] = []
+        rest = list(candidates)
+        while not agrees_with(found):
+            lo, hi = 1, len(rest)  # routing found + rest[:hi] agrees
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if agrees_with(found + rest[:mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            found.append(rest[hi - 1])
+            rest = rest[:hi - 1]
+            if not rest and not agrees_with(found):
+                return Bisection([f"aten::{op}" for op in found], False,
+                                 [f"aten::{op}" for op in candidates], runs,
+                                 note="the divergence comes and goes with routing (not monotone)")
+        for op in list(found):  # each one needed?
+            if len(found) > 1 and agrees_with([o for o in found if o != op]):
+                found.remove(op)
+    finally:
+        route([])
+        for op, origin in saved_routes.items():
+            native.set_op_route(op, True, origin)
+        native.set_fallback_enabled(saved_mode)
+    specs_of = getattr(mod, "op_specs", None)
+    table = specs_of() if specs_of else {}
+    specs = {}
+    for op in found:
+        if op in table:
+            spec, kernel, kernel_file = table[op]
+            specs[f"aten::{op}"] = f"{spec}, kernel {kernel}" + (f" in {kernel_file}" if kernel_file else "")
+    return Bisection([f"aten::{op}" for op in found], True, [f"aten::{op}" for op in candidates],
+                     runs, specs)

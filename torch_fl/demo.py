@@ -6,7 +6,10 @@ What it shows, in order:
    that device and, from the same weights, on the CPU: the loss per step on both;
 3. the fallback log: which ops had no native kernel and ran on the CPU;
 4. a layer-by-layer precision report (torch_fl.compare_model) of the model on
-   the device against the CPU: the first divergent layer, or "none".
+   the device against the CPU: the first divergent layer, or "none";
+5. with --profile trace.json: one more training step under torch.profiler, host and
+   device activity, written as a Chrome trace (open it in https://ui.perfetto.dev or
+   chrome://tracing), and the ops that took the most device time.
 
 Exit status 0; 1 only if no device backend is installed or loadable.
 """
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", metavar="TRACE.json",
+                        help="profile one training step on the device and write its trace here")
     args = parser.parse_args(argv)
 
     import torch
@@ -106,7 +111,41 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(all_rows=False))
     print(f"({len(report.forward)} module outputs and {len(report.grads)} gradients compared; "
           f"only those out of tolerance are listed)")
+    if args.profile:
+        print()
+        profile_step(copy.deepcopy(model), batches[0], dev, args.profile)
     return 0
+
+
+def profile_step(model, batch, device, path: str) -> None:
+    """One SGD step of `model` on `device` under torch.profiler (CPU and device
+    activity; forward, backward and optimizer as record_function ranges), written to
+    `path` as a Chrome trace; prints the ops with the most device time."""
+    import torch
+    from torch.nn import functional as F
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    model = model.to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = batch[0].to(device), batch[1].to(device)
+
+    def step():
+        with record_function("forward"):
+            loss = F.cross_entropy(model(x), y)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.accelerator.synchronize()
+
+    step()  # warm-up: momentum buffers, the allocator's cache
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        step()
+    prof.export_chrome_trace(path)
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8))
+    print(f"trace of one training step written to {path}: open it in https://ui.perfetto.dev "
+          f"(or chrome://tracing) to see the host threads above and {device}'s streams below")
 
 
 if __name__ == "__main__":

@@ -47,10 +47,15 @@ def fallback_mode(enabled: bool, device: Any = None) -> Iterator[None]:
 
 
 def get_fallback_log(device: Any = None) -> list[dict[str, Any]]:
-    """[{'op', 'count', 'time_s', 'bytes_copied'}] since the last clear, the most
-    expensive op (by time) first. bytes_copied counts device bytes moved both ways."""
+    """[{'op', 'reason', 'count', 'time_s', 'bytes_copied'}] since the last clear, the
+    most expensive op (by time) first; an op that fell back for two reasons has two
+    entries. reason: 'no native kernel', 'dtype not computed by the native kernel', or
+    'routed to the CPU (torch_fl.set_op_route)' / '(TORCH_FL_OP_ROUTES)'. bytes_copied
+    counts device bytes moved both ways."""
     log = [dict(e) for e in _backends.native(device).fallback_log()]
-    return sorted(log, key=lambda e: (-e["time_s"], e["op"]))
+    for e in log:
+        e.setdefault("reason", "no native kernel")  # a backend built before reasons
+    return sorted(log, key=lambda e: (-e["time_s"], e["op"], e["reason"]))
 
 
 def clear_fallback_log(device: Any = None) -> None:
@@ -100,10 +105,10 @@ def fallback_report(device: Any = None) -> str:
     if not log:
         return head + "\nno op ran on the CPU fallback"
     width = max(len(e["op"]) for e in log + [{"op": "total"}])
-    lines = [head, f"{'op':<{width}}  {'calls':>7}  {'time (ms)':>10}  {'copied':>10}"]
+    lines = [head, f"{'op':<{width}}  {'calls':>7}  {'time (ms)':>10}  {'copied':>10}  why"]
     for e in log:
         lines.append(f"{e['op']:<{width}}  {e['count']:>7}  {e['time_s'] * 1e3:>10.2f}  "
-                     f"{_human_bytes(e['bytes_copied']):>10}")
+                     f"{_human_bytes(e['bytes_copied']):>10}  {e['reason']}")
     lines.append(f"{'total':<{width}}  {sum(e['count'] for e in log):>7}  "
                  f"{sum(e['time_s'] for e in log) * 1e3:>10.2f}  "
                  f"{_human_bytes(sum(e['bytes_copied'] for e in log)):>10}")

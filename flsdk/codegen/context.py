@@ -11,6 +11,7 @@ import pprint
 import re
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
@@ -35,6 +36,8 @@ GENERATED_CPP = (
     "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
+    "op_routes.h", "op_routes.cpp", "profiler.h", "profiler.cpp", "memory_history.h",
+    "memory_history.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -47,6 +50,8 @@ STATIC_GLUE = frozenset({
     "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
+    "op_routes.h", "op_routes.cpp", "profiler.h", "profiler.cpp", "memory_history.h",
+    "memory_history.cpp",
 })
 # Build tools copied the same way: the post-link symbol check of sources.cmake.
 STATIC_TOOLS = ("check_symbols.py",)
@@ -56,7 +61,8 @@ STATIC_TOOLS = ("check_symbols.py",)
 # backend's name and facts.
 BACKEND_GLUE_DIR = "torch_fl/backend_glue"
 BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py",
-                "distributed.py", "c10d_default_backend.py", "multiprocessing.py")
+                "distributed.py", "c10d_default_backend.py", "multiprocessing.py", "op_routes.py",
+                "memory.py")
 
 # Unity groups of the glue (CMake UNITY_BUILD_MODE GROUP, sources.cmake's
 # flsdk_glue_unity_build): the glue files of a group compile as one translation
@@ -70,11 +76,11 @@ BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults
 # and a 20-line file, not a group. Kernels are never grouped.
 GLUE_UNITY_GROUPS = {
     "flsdk_glue_a": ("autocast.cpp", "minimal_ops.cpp", "register_kernels.cpp", "guard.cpp",
-                     "allocator.cpp", "runtime_init.cpp", "host_sync.cpp"),
+                     "allocator.cpp", "runtime_init.cpp", "host_sync.cpp", "op_routes.cpp"),
     "flsdk_glue_b": ("python_module.cpp", "fallback.cpp", "copies.cpp", "fallback_device_only.cpp",
-                     "hooks.cpp", "host_kernels.cpp"),
-    # The c10d process group: its files share torch's distributed headers (Backend.hpp
-    # pulls in all of ATen), parsed once for the five.
+                     "hooks.cpp", "host_kernels.cpp", "memory_history.cpp"),
+    # The c10d process group and device-tensor sharing: they share torch's distributed
+    # and Python headers (Backend.hpp pulls in all of ATen), parsed once for the group.
     "flsdk_glue_dist": ("process_group.cpp", "comm_work.cpp", "comm_native.cpp",
                         "comm_staged.cpp", "python_distributed.cpp", "ipc.cpp", "ddp_timer.cpp"),
 }
@@ -84,6 +90,11 @@ COLLECTIVES_MEANING = {
     "native": "bytes move through the collective library of generated/ccl_adapter.h",
     "staged": "bytes are staged through pinned host memory over gloo",
 }
+
+# Glue compiled alone on purpose: profiler.cpp includes Kineto's headers with
+# defines of its own (USE_KINETO, a header-only fmt) and an include directory
+# that a unity group would either lose or spread to the files after it.
+GLUE_STANDALONE = ("profiler.cpp",)
 
 # The kernel registrations are split over several translation units, as torchgen
 # shards RegisterCPU.cpp: one file of every wrapper would recompile whole for each
@@ -265,6 +276,29 @@ def _dtype_route(func: FunctionSchema, wrapper: str, tested: set[str], op_dtypes
     return lines
 
 
+def routable(spec: OpSpec) -> bool:
+    """Whether calls of the op can be routed to the CPU at run time (op_routes.h):
+    an aten op with a CPU kernel, or a device-only op with a CPU reference op
+    (convolution_overrideable runs as CPU's convolution). Custom ops and the other
+    device-only ops have nothing on the CPU to run."""
+    if spec.is_custom:
+        return False
+    info = DEVICE_ONLY_OPS.get(spec.op.partition(".")[0]) or DEVICE_ONLY_OPS.get(spec.op)
+    return info is None or info.cpu_reference is not None
+
+
+def _op_route(func: FunctionSchema, wrapper: str, spec: OpSpec) -> list[str]:
+    """Lines sending the call to the CPU fallback when the op is routed there at run
+    time (torch_fl.set_op_route, TORCH_FL_OP_ROUTES). Normal runs pay one relaxed
+    atomic load (op_routes::any())."""
+    if not routable(spec):
+        return []
+    args = ", ".join(a.name for a in func.schema_order_arguments())  # the dispatcher's order
+    return [f'if (op_routes::any() && op_routes::to_fallback("{func.name}"))',
+            f'  return run_routed<decltype({wrapper})>("aten::{func.name.name}", '
+            f'"{func.name.overload_name}", {args});']
+
+
 def _annotated(body: list[str], func: FunctionSchema, spec: OpSpec, kernel: str, op_dtypes,
                tested: set[str]) -> list[str]:
     """`body` inside a try whose catch adds the backend, the op and the call's dtype to
@@ -295,7 +329,7 @@ def _functional_wrapper(sig: signatures.KernelSignature, func: FunctionSchema, s
     return Wrapper(
         name=name, op=sig.op, schema=sig.schema,
         decl=sig.wrapper_decl.replace("wrapper(", name + "(", 1),
-        checks=_device_checks(func) + route,
+        checks=_device_checks(func) + _op_route(func, name, spec) + route,
         body=_annotated(body, func, spec, sig.kernel, op_dtypes, tested),
         kernel=sig, dtypes=tuple(op_dtypes), dtype_args=_routed_args(func, tested),
         falls_back=cpu_fallback,
@@ -351,7 +385,8 @@ def _variant_wrapper(kind: str, f_variant: NativeFunction, f_functional: NativeF
     return Wrapper(
         name=name, op=str(f_variant.func.name), schema=str(f_variant.func),
         decl=signatures.wrapper_decl(f_variant, name),
-        checks=_device_checks(f_variant.func) + route, body=body, kernel=sig,
+        checks=_device_checks(f_variant.func) + _op_route(f_variant.func, name, spec) + route,
+        body=body, kernel=sig,
         variant_kernel=variant_kernel, dtypes=tuple(op_dtypes),
         dtype_args=_routed_args(f_variant.func, tested, not_passed),
     )
@@ -441,6 +476,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     # Device-only ops (no CPU kernel) the backend does not implement: the glue
     # registers their CPU reference or composite, or an error saying they must be native.
     device_only = {op: info for op, info in DEVICE_ONLY_OPS.items() if op not in registered}
+    specs_by_op = {spec.op: spec for spec in aten_ops}
     values = {
         "ns": d.name,
         "package": f"torch_fl_{d.name}",
@@ -464,6 +500,11 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "dtype_names": [{"enum": info.scalar_type, "name": t} for t, info in DTYPES.items()],
         "amp_dtypes": list(d.amp_dtypes),
         "native_ops": native,
+        # Native ops whose calls torch_fl.set_op_route may send to the CPU (routable()).
+        "routable_ops": [w.op for w in wrappers if routable(specs_by_op[w.kernel.op])],
+        # Every device-only op's CPU reference, for calls routed to the CPU.
+        "all_cpu_references": [{"op": op, "reference": info.cpu_reference}
+                               for op, info in DEVICE_ONLY_OPS.items() if info.cpu_reference],
         "glue_called_ops": [op for op in native if op in GLUE_HOOK_KERNELS],
         "cpu_reference_ops": [{"op": op, "reference": info.cpu_reference}
                               for op, info in device_only.items() if info.cpu_reference],
@@ -492,6 +533,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "runtime_host_kernels": "true" if "host_kernels" in d.runtime_primitives else "false",
         "runtime_pinned_host": "true" if "pinned_host" in d.runtime_primitives else "false",
         "runtime_ipc": "true" if "ipc" in d.runtime_primitives else "false",
+        "runtime_profiling": "true" if "profiling" in d.runtime_primitives else "false",
         "collectives_native": "true" if d.collectives == "native" else "false",
         "comm_backend": d.comm_backend or "",
         "dtype_scalar_types": "".join(f'"{DTYPES[t].scalar_type}", ' for t in d.dtypes),
@@ -505,6 +547,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         # one line per op (hundreds of them): greppable, and gen's diffs stay small
         "op_dtypes_lines": [f"{op!r}: {entry!r}," for op, entry in
                             sorted(op_dtypes_table(backend, wrappers, custom_wrappers).items())],
+        "op_specs_lines": [f"{op!r}: {entry!r}," for op, entry in
+                           sorted(op_specs_table(backend, scan, wrappers, custom_wrappers).items())],
         "device_only_py": pprint.pformat(
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
@@ -544,7 +588,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     outputs += [Output(name, f"generated/{name}", {}, static=True) for name in STATIC_TOOLS]
     package = values["package"]
     for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module"),
-                           ("op_dtypes", "op_dtypes")):
+                           ("op_dtypes", "op_dtypes"), ("op_specs", "op_specs")):
         outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
     outputs += [Output(name, f"{package}/_generated/backend_glue/{name}", {}, static=True,
                        static_dir=BACKEND_GLUE_DIR) for name in BACKEND_GLUE]
@@ -564,6 +608,35 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           kernel_sigs=kernel_sigs, registered_ops=registered,
                           skipped_variants=skipped, outputs=outputs, registrations=registrations,
                           conformance_file=conformance_file, conformance_cases=cases)
+
+
+def spec_location(backend: Backend, spec: OpSpec) -> str:
+    """'opspec/linalg.yaml:5' (the backend's own spec file, relative to its root) or
+    'flsdk:opspec/linalg.yaml:5' (flsdk's canonical specs): no machine's paths in
+    generated files."""
+    path = Path(spec.file)
+    try:
+        rel = path.resolve().relative_to(Path(backend.root).resolve()).as_posix()
+    except ValueError:
+        rel = f"flsdk:{path.parent.name}/{path.name}"
+    return f"{rel}:{spec.line}"
+
+
+def op_specs_table(backend: Backend, scan: KernelScan, wrappers: list[Wrapper],
+                   custom_wrappers: list[Wrapper]) -> dict:
+    """Registered op -> (its spec's file:line, its kernel, the kernel's file): what
+    torch_fl reports next to an op it found wrong (compare_model's bisection)."""
+    ns = backend.name
+    specs = {spec.op: spec for spec in backend.ops}
+    table = {}
+    for w, registered, spec_op in [(w, w.op, w.kernel.op) for w in wrappers] + \
+            [(w, f"{ns}::{w.op}", w.kernel.op) for w in custom_wrappers]:
+        spec = specs.get(spec_op) or specs.get(f"{ns}::{spec_op}")
+        if spec is None:
+            continue
+        kernel = w.kernel.kernel
+        table[registered] = (spec_location(backend, spec), kernel, scan.native.get(kernel, ""))
+    return table
 
 
 def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: list[Wrapper]) -> dict:

@@ -120,7 +120,7 @@ class DeviceDescriptor:
     compute_units_env: str = ""      # env var overriding compute_units ("" = <NAME>_COMPUTE_UNITS)
     memory_model: str = "host"       # "host" (host code can read device memory) | "discrete"
     kernel_launch: str = "inline"    # "inline" (kernels run in the calling thread) | "stream" (they queue)
-    runtime_primitives: tuple[str, ...] = ()  # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc
+    runtime_primitives: tuple[str, ...] = ()  # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
     collectives: str = "staged"      # "native" (ccl_adapter.h over the vendor's library) | "staged" (gloo)
 
     def as_dict(self) -> dict[str, Any]:

@@ -6,7 +6,9 @@
 // them; a block used on other streams (record_stream) is reused only after
 // events recorded on those streams complete. When the runtime is out of
 // memory, cached blocks are released and the allocation retried once before
-// torch.OutOfMemoryError is raised.
+// torch.OutOfMemoryError is raised. Every alloc and free is reported to the
+// profiler (profile_memory=True), and, while _record_memory_history is on, to the
+// history (memory_history.h), in CUDA's snapshot format.
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
@@ -23,6 +25,7 @@
 #include "allocator.h"
 #include "backend.h"
 #include "device_config.h"
+#include "memory_history.h"
 
 namespace FLSDK_BACKEND_NS::allocator {
 namespace {
@@ -55,7 +58,11 @@ struct Block {
   Block* next = nullptr;
   std::unordered_set<c10::StreamId> stream_uses;  // record_stream
   int pending_events = 0;
+  // The stack that allocated it, while memory history records stacks.
+  std::shared_ptr<c10::GatheredContext> context;
 };
+
+using memory_history::Action;
 
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
@@ -83,7 +90,10 @@ class DeviceCache {
  public:
   explicit DeviceCache(int device) : device_(device) {}
 
-  Block* malloc(std::size_t requested, c10::StreamId stream, const Config& cfg) {
+  // `context`: the caller's stack when memory history records stacks (gathered
+  // before this lock: it may take the GIL).
+  Block* malloc(std::size_t requested, c10::StreamId stream, const Config& cfg,
+                std::shared_ptr<c10::GatheredContext> context) {
     std::lock_guard<std::mutex> lock(mutex_);
     process_events_locked();
     last_oom_reason_.clear();
@@ -107,17 +117,25 @@ class DeviceCache {
     block = split_locked(block, size, cfg);
     block->allocated = true;
     block->requested = requested;
+    block->context = std::move(context);
     update(stats_.allocation, block->small, 1);
     update(stats_.allocated_bytes, block->small, static_cast<int64_t>(block->size));
     update(stats_.active, block->small, 1);
     update(stats_.active_bytes, block->small, static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, block->small, static_cast<int64_t>(requested));
     live_.insert(block);
+    memory_history::record(device_, Action::Alloc, address(block), block->size, block->stream,
+                           block->context);
+    report_to_profiler(block, static_cast<int64_t>(block->size));
     return block;
   }
 
-  void free(Block* block) {
+  // `context`: the caller's stack when memory history records stacks of frees.
+  void free(Block* block, std::shared_ptr<c10::GatheredContext> context) {
     std::lock_guard<std::mutex> lock(mutex_);
+    memory_history::record(device_, Action::FreeRequested, address(block), block->size,
+                           block->stream, std::move(context));
+    report_to_profiler(block, -static_cast<int64_t>(block->size));
     update(stats_.allocation, block->small, -1);
     update(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
@@ -190,12 +208,23 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Block* head : segments_) {
       SegmentInfo info{device_, reinterpret_cast<std::size_t>(head->ptr), 0, 0, 0, head->stream};
+      info.small = head->small;
       for (Block* b = head; b; b = b->next) {
         info.total_size += b->size;
         info.allocated_size += b->allocated ? b->size : 0;
         info.blocks += 1;
+        // As CUDA's snapshot: a block freed while other streams may still use it
+        // is "active_pending_free" until their events complete.
+        const char* state = b->allocated ? "active_allocated"
+                            : b->pending_events > 0 ? "active_pending_free"
+                                                    : "inactive";
+        const bool active = b->allocated || b->pending_events > 0;
+        info.active_size += active ? b->size : 0;
+        info.requested_size += active ? b->requested : 0;
+        info.block_list.push_back({reinterpret_cast<std::size_t>(b->ptr), b->size,
+                                   active ? b->requested : b->size, state, b->context});
       }
-      out.push_back(info);
+      out.push_back(std::move(info));
     }
   }
 
@@ -204,6 +233,17 @@ class DeviceCache {
     std::size_t unit = std::max<std::size_t>(cfg.round_size, 1);
     if (size == 0) size = 1;
     return (size + unit - 1) / unit * unit;
+  }
+
+  static std::uintptr_t address(const Block* block) {
+    return reinterpret_cast<std::uintptr_t>(block->ptr);
+  }
+
+  // profile_memory=True: the profiler's memory events of this device.
+  void report_to_profiler(const Block* block, int64_t bytes) {
+    c10::reportMemoryUsageToProfiler(
+        block->ptr, bytes, stats_.allocated_bytes[0].current, stats_.reserved_bytes[0].current,
+        c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(device_)));
   }
 
   template <typename F>
@@ -255,6 +295,7 @@ class DeviceCache {
     block->small = small;
     segments_.insert(block);
     reserved_ += segment;
+    memory_history::record(device_, Action::SegmentAlloc, address(block), segment, stream, nullptr);
     stats_.num_device_alloc += 1;
     update(stats_.segment, small, 1);
     update(stats_.reserved_bytes, small, static_cast<int64_t>(segment));
@@ -287,6 +328,9 @@ class DeviceCache {
     update(stats_.active, block->small, -1);
     update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
     live_.erase(block);
+    memory_history::record(device_, Action::FreeCompleted, address(block), block->size,
+                           block->stream, nullptr);
+    block->context.reset();
     // Coalesce with free neighbours of the same segment.
     for (Block* neighbour : {block->prev, block->next}) {
       if (!neighbour || neighbour->allocated || neighbour->pending_events > 0) continue;
@@ -349,6 +393,8 @@ class DeviceCache {
       it = free_.erase(it);
       segments_.erase(block);
       reserved_ -= block->size;
+      memory_history::record(device_, Action::SegmentFree, address(block), block->size,
+                             block->stream, nullptr);
       stats_.num_device_free += 1;
       update(stats_.segment, block->small, -1);
       update(stats_.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -369,6 +415,10 @@ class DeviceCache {
     std::size_t free_bytes = 0, total = 0;
     runtime::memory_info(device_, &free_bytes, &total);
     auto allocated = stats_.allocated_bytes[0].current;
+    memory_history::record(device_, Action::Oom, 0, rounded, 0, memory_history::gather_alloc(),
+                           free_bytes);
+    c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(rounded), allocated, reserved_,
+                                     c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(device_)));
     std::ostringstream msg;
     msg << kBackendName << " out of memory on device " << kBackendName << ":" << device_
         << ": tried to allocate " << requested << " bytes (" << rounded
@@ -456,7 +506,8 @@ class CachingAllocator final : public c10::DeviceAllocator {
     ensure_initialized();
     auto device = current_device();
     if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(kDeviceType, device));
-    Block* block = cache(device).malloc(bytes, current_stream(device).id(), current_config());
+    Block* block = cache(device).malloc(bytes, current_stream(device).id(), current_config(),
+                                        memory_history::gather_alloc());
     return c10::DataPtr(block->ptr, block, &CachingAllocator::deleter,
                         c10::Device(kDeviceType, device));
   }
@@ -525,7 +576,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
  private:
   static void deleter(void* context) {
     auto* block = static_cast<Block*>(context);
-    instance().cache(block->device).free(block);
+    instance().cache(block->device).free(block, memory_history::gather_free());
   }
 
   DeviceCache& cache(int device) {

@@ -3,10 +3,15 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "device_config.h"
+
+namespace c10 {
+struct GatheredContext;
+}  // namespace c10
 
 namespace FLSDK_BACKEND_NS::allocator {
 
@@ -20,6 +25,15 @@ std::map<std::string, double> get_config();
 // Drops every cached block that is not in use, on every device.
 void empty_cache();
 
+// One block of a segment, as CUDA's snapshot describes it.
+struct BlockInfo {
+  std::size_t address;
+  std::size_t size;
+  std::size_t requested_size;
+  const char* state;  // "active_allocated", "active_pending_free" or "inactive"
+  std::shared_ptr<c10::GatheredContext> context;  // its stack (memory_history.h), or null
+};
+
 struct SegmentInfo {
   int device;
   std::size_t address;
@@ -27,6 +41,10 @@ struct SegmentInfo {
   std::size_t allocated_size;
   std::size_t blocks;
   long long stream;
+  bool small = false;
+  std::size_t active_size = 0;
+  std::size_t requested_size = 0;
+  std::vector<BlockInfo> block_list;
 };
 std::vector<SegmentInfo> snapshot();
 

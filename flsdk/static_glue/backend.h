@@ -35,6 +35,9 @@ void set_current_device(c10::DeviceIndex index);
 
 // Streams: id 0 is the default stream of a device (native handle nullptr).
 runtime::Stream native_stream(const c10::Stream& stream);
+// The id of the stream whose native handle is `handle` on `device` (0: the
+// default stream, null); -1 for a handle the glue did not create.
+c10::StreamId stream_id_of(int device, runtime::Stream handle);
 c10::Stream current_stream(c10::DeviceIndex index);
 c10::Stream set_current_stream(const c10::Stream& stream);  // returns the previous one
 c10::Stream new_stream(c10::DeviceIndex index);

@@ -1,9 +1,11 @@
 // Boxed CPU fallback for every op without a native kernel: copies the device
 // inputs to the host, runs PyTorch's CPU kernel, copies results back, and
-// logs what it did. It can be switched off (then the op fails, naming op,
-// device and dtypes) and ops can be denied one by one. The generated
-// wrappers send it the calls whose dtypes a native kernel does not list.
-// Its copies to the host are the host waits it causes (HostWait::Fallback).
+// logs what it did, with the reason the op ran there (no native kernel, a
+// dtype its kernel does not compute, or a run-time route: op_routes.h). It can
+// be switched off (then the op fails, naming op, device and dtypes) and ops can
+// be denied one by one. The generated wrappers send it the calls whose dtypes a
+// native kernel does not list, and the calls of routed ops. Its copies to the
+// host are the host waits it causes (HostWait::Fallback).
 //
 // Device-only ops (flsdk/spec/device_only.py: no CPU kernel exists, so the
 // boxed fallback cannot run them) that the backend does not implement get
@@ -14,6 +16,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/tanh.h>
@@ -34,6 +38,7 @@
 #include "device_config.h"
 #include "fallback.h"
 #include "fallback_device_only.h"
+#include "op_routes.h"
 
 namespace FLSDK_BACKEND_NS::fallback {
 namespace {
@@ -44,8 +49,12 @@ struct Stats {
   int64_t bytes = 0;
 };
 
+// Why an op ran on the fallback, as the log says it.
+constexpr const char* kNoKernel = "no native kernel";
+constexpr const char* kDtype = "dtype not computed by the native kernel";
+
 std::mutex g_mutex;
-std::map<std::string, Stats> g_log;
+std::map<std::pair<std::string, std::string>, Stats> g_log;  // (op, reason) -> stats
 std::set<std::string> op_set(const char* const* ops) {
   std::set<std::string> out;
   for (; *ops; ++ops) out.insert(*ops);
@@ -145,9 +154,9 @@ void check_one_device(const std::string& name, const torch::jit::Stack& stack,
   }
 }
 
-void record(const std::string& name, double seconds, int64_t bytes) {
+void record(const std::string& name, const std::string& reason, double seconds, int64_t bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto& stats = g_log[name];
+  auto& stats = g_log[{name, reason}];
   stats.count += 1;
   stats.time_s += seconds;
   stats.bytes += bytes;
@@ -229,7 +238,8 @@ class OutResizeWarnings final : public c10::WarningHandler {
 };
 
 template <class Run>
-void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run) {
+void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason,
+                Run run) {
   std::string name = op_name(op);
   auto num_arguments = op.schema().arguments().size();
   bool denied;
@@ -268,7 +278,7 @@ void run_logged(const c10::OperatorHandle& op, torch::jit::Stack* stack, Run run
   auto num_returns = op.schema().returns().size();
   for (std::size_t i = stack->size() - num_returns; i < stack->size(); ++i)
     bytes += device_bytes((*stack)[i]);
-  record(name, seconds, bytes);
+  record(name, reason, seconds, bytes);
 }
 
 // --- device-only ops the backend does not implement ---------------------------
@@ -290,15 +300,22 @@ void insert_bias_sizes(torch::jit::Stack* stack) {
 
 }  // namespace
 
-void run_as_cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                          const std::string& reference_op) {
+namespace {
+void run_as_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                      const std::string& reference_op, const std::string& reason) {
   std::string name = op_name(op);
   const auto& reference = c10::Dispatcher::singleton().findSchemaOrThrow(
       ("aten::" + reference_op).c_str(), "");
-  run_logged(op, stack, [&] {
+  run_logged(op, stack, reason, [&] {
     if (name == "convolution_backward_overrideable") insert_bias_sizes(stack);
     at::native::cpu_fallback(reference, stack);
   });
+}
+}  // namespace
+
+void run_as_cpu_reference(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          const std::string& reference_op) {
+  run_as_reference(op, stack, reference_op, kNoKernel);
 }
 
 void raise_must_be_native(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -322,7 +339,8 @@ template <class F>
 auto timed(const char* name, F f) {
   auto start = std::chrono::steady_clock::now();
   auto result = f();
-  record(name, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0);
+  record(name, kNoKernel,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0);
   return result;
 }
 
@@ -401,22 +419,106 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
 }
 
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_logged(op, stack, [&] { at::native::cpu_fallback(op, stack); });
+  run_logged(op, stack, kNoKernel, [&] { at::native::cpu_fallback(op, stack); });
+}
+
+void run_dtype_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_logged(op, stack, kDtype, [&] { at::native::cpu_fallback(op, stack); });
+}
+
+void run_routed_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = op_name(op);
+  if (const char* reference = cpu_reference_of(name.substr(0, name.find('.')))) {
+    run_as_reference(op, stack, reference, op_routes::reason(name));
+    return;
+  }
+  run_logged(op, stack, op_routes::reason(name), [&] { at::native::cpu_fallback(op, stack); });
 }
 
 namespace {
 // Ops on sparse device tensors run on CPU's sparse kernels.
 void run_on_sparse_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_logged(op, stack,
+  run_logged(op, stack, kNoKernel,
              [&] { at::native::cpu_fallback(op, stack, false, c10::DispatchKey::SparseCPU); });
+}
+
+// Moves every device tensor of `value` (a tensor or a list of them) with `move`.
+template <class Move>
+c10::IValue moved(const c10::IValue& value, Move move) {
+  if (value.isTensor()) return c10::IValue(move(value.toTensor()));
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : value.toTensorList()) out.push_back(move(t));
+    return c10::IValue(out);
+  }
+  return value;
+}
+
+// Ops on sparse compressed device tensors (CSR, CSC, BSR, BSC): their tensor
+// arguments go to the CPU in their layout (ATen's own copy of the compressed
+// members), the CPU kernel runs, its tensors come back to the device, and the
+// arguments it wrote (out=) are copied back into the caller's tensors. PyTorch's
+// cpu_fallback does not move these layouts (it crashed in an OpInfo run), hence
+// this one. The copies keep requires_grad: some CPU kernels save what their
+// backward needs only then (sparse.mm's reduce keeps the argmax indices).
+bool sparse_compressed(const at::Tensor& t) {
+  const auto layout = t.layout();
+  return layout == c10::kSparseCsr || layout == c10::kSparseCsc || layout == c10::kSparseBsr ||
+         layout == c10::kSparseBsc;
+}
+
+void copy_back(const at::Tensor& device_tensor, const at::Tensor& cpu) {
+  if (sparse_compressed(device_tensor)) {
+    at::native::resize_as_sparse_compressed_(device_tensor, cpu);
+    at::native::copy_sparse_compressed_(const_cast<at::Tensor&>(device_tensor), cpu);
+  } else {
+    device_tensor.resize_(cpu.sizes());
+    const_cast<at::Tensor&>(device_tensor).copy_(cpu);
+  }
+}
+
+void run_on_sparse_compressed_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  run_logged(op, stack, kNoKernel, [&] {
+    const std::size_t base = stack->size() - arguments.size();
+    std::optional<c10::Device> device;
+    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (caller's tensor, CPU copy)
+    for (std::size_t i = base; i < stack->size(); ++i) {
+      const auto* alias = arguments[i - base].alias_info();
+      const bool writes = alias != nullptr && alias->isWrite();
+      (*stack)[i] = moved((*stack)[i], [&](const at::Tensor& t) {
+        if (!t.defined() || t.device().type() != kDeviceType) return t;
+        device = t.device();
+        at::Tensor cpu = t.to(c10::kCPU);
+        if (t.requires_grad() && !cpu.requires_grad()) cpu.requires_grad_(true);
+        if (writes) written.emplace_back(t, cpu);
+        return cpu;
+      });
+    }
+    // Without a device tensor (a factory naming the device) the call would come
+    // straight back here.
+    TORCH_CHECK_NOT_IMPLEMENTED(device.has_value(), kBackendName, ": aten::", op_name(op),
+                                " has no kernel for sparse compressed ", kBackendName,
+                                " tensors and no device tensor argument to run it on the CPU");
+    op.callBoxed(stack);
+    for (const auto& [caller, cpu] : written) copy_back(caller, cpu);
+    const std::size_t returned = op.schema().returns().size();
+    for (std::size_t i = stack->size() - returned; i < stack->size(); ++i) {
+      (*stack)[i] = moved((*stack)[i], [&](const at::Tensor& t) {
+        for (const auto& [caller, cpu] : written)
+          if (t.is_same(cpu)) return caller;  // out= returns the caller's tensor
+        return t.defined() && t.device().is_cpu() ? t.to(*device) : t;
+      });
+    }
+  });
 }
 }  // namespace
 
 std::vector<LogEntry> log() {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::vector<LogEntry> out;
-  for (const auto& [name, stats] : g_log)
-    out.push_back({name, stats.count, stats.time_s, stats.bytes});
+  for (const auto& [key, stats] : g_log)
+    out.push_back({key.first, key.second, stats.count, stats.time_s, stats.bytes});
   return out;
 }
 
@@ -448,5 +550,44 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // Sparse device tensors: PyTorch's CPU fallback moves them to SparseCPU and back.
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_cpu>());
+}
+
+// Sparse compressed device tensors (sparse.sampled_addmm, sparse.mm(reduce=...)).
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_compressed_cpu>());
+}
+
+void register_sparse_ops() {
+  // Structured ops (add, mul, mm, ...) have a kernel for every backend, the
+  // CompositeExplicitAutogradNonFunctional one written for strided tensors,
+  // which the dispatcher prefers to a backend fallback: on a sparse device
+  // tensor it fails ("unsupported tensor layout"). So each such op that CPU runs
+  // on a sparse layout and this backend does not is registered to the sparse
+  // fallbacks by name (about 120 of them). Called once the module's own
+  // registrations are in.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* coo = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
+                                   __FILE__, __LINE__);  // leaked: lives as long as torch
+    auto* compressed = new torch::Library(torch::Library::IMPL, "aten",
+                                          c10::DispatchKey::SparseCsrPrivateUse1, __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op.has_value()) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+        continue;  // the fallback is reached already
+      const std::string overload = name.name.substr(6) +
+                                   (name.overload_name.empty() ? "" : "." + name.overload_name);
+      if (op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1))
+        coo->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_cpu>());
+      if (op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrCPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrPrivateUse1))
+        compressed->impl(overload.c_str(),
+                         torch::CppFunction::makeFromBoxedFunction<&run_on_sparse_compressed_cpu>());
+    }
+  });
 }
 }  // namespace FLSDK_BACKEND_NS::fallback

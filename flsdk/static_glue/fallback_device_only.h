@@ -23,6 +23,11 @@ std::string op_name(const c10::OperatorHandle& op);
 void run_as_cpu_reference(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack,
                           const std::string& reference_op);
 
+// The CPU op a device-only op runs as ("convolution" for convolution_overrideable),
+// whether or not the backend has a native kernel for it; nullptr for other ops
+// (generated: fallback_device_only.cpp). A call routed to the CPU uses it.
+const char* cpu_reference_of(const std::string& op);
+
 // Raises NotImplementedError: `op` has no CPU kernel and must be native;
 // `reached_by` says which user-level calls reach it.
 void raise_must_be_native(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack,

@@ -1,8 +1,9 @@
 // What kernels may use of the generated glue (kernels.h includes it): the
-// stream to queue device work on, a counted host wait for the few kernels
-// whose output shape depends on data (nonzero, unique, masked_select), which
-// must read a count from the device before they can allocate, and the glue's
-// error for a failed runtime call.
+// stream to queue device work on, the name of the running kernel (to name that
+// work), a counted host wait for the few kernels whose output shape depends on
+// data (nonzero, unique, masked_select), which must read a count from the
+// device before they can allocate, and the glue's error for a failed runtime
+// call.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -25,5 +26,25 @@ runtime::Stream launch_stream(c10::DeviceIndex device);
 // the kernel `op` can read a result it copied to the host (counted as a
 // "kernel" host wait).
 void wait_for_device_results(c10::DeviceIndex device, const char* op);
+
+// The kernel the generated wrapper running on this thread called ("k_mm"; the
+// innermost, when a kernel's host part calls another op), or nullptr outside
+// kernels. A runtime that records device activity (runtime_primitives:
+// profiling) names the work a kernel queues after it, so the profiler's device
+// lanes say which kernel ran; acme's fault injection picks kernels by it.
+const char* current_kernel();
+
+// Set by the generated wrappers (and the glue's calls of a kernel) around each
+// kernel call: one thread-local store each way.
+class CurrentKernel {
+ public:
+  explicit CurrentKernel(const char* name) noexcept;
+  ~CurrentKernel();
+  CurrentKernel(const CurrentKernel&) = delete;
+  CurrentKernel& operator=(const CurrentKernel&) = delete;
+
+ private:
+  const char* previous_;
+};
 
 }  // namespace FLSDK_BACKEND_NS

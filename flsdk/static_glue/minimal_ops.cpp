@@ -6,6 +6,11 @@
 // Storage is bytes: tensors of every dtype live on the device, also dtypes
 // device.yaml does not list (those it cannot compute; their ops run on the
 // CPU fallback, see register_kernels.cpp).
+//
+// Deterministic mode (torch.use_deterministic_algorithms(True) with
+// torch.utils.deterministic.fill_uninitialized_memory, its default) fills new
+// memory as CPU and CUDA do: NaN for floating and complex dtypes, the dtype's
+// largest value for integers and bool, through the device's fill_ path.
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/SDPBackend.h>
@@ -17,9 +22,13 @@
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 #include <ATen/ops/_values_native.h>
+#include <ATen/ops/indices_native.h>
 #include <ATen/ops/ccol_indices_native.h>
+#include <ATen/ops/clone_native.h>
+#include <ATen/ops/copy_native.h>
 #include <ATen/ops/col_indices_native.h>
 #include <ATen/ops/crow_indices_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/row_indices_native.h>
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/dense_dim_native.h>
@@ -30,9 +39,12 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
+#include <ATen/ops/sparse_resize_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
+#include <ATen/ops/zero_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorOptions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -40,6 +52,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "backend.h"
 #include "glue_hooks.h"
@@ -48,6 +61,52 @@ namespace FLSDK_BACKEND_NS {
 namespace {
 
 const c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
+
+// Set while this thread fills: the fill path's own scratch tensors (a
+// one-element source on the device) are written at once and need no fill; a
+// fill of them would recurse.
+thread_local bool t_filling = false;
+
+bool fill_uninitialized() {
+  auto& ctx = at::globalContext();
+  return !t_filling && ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
+}
+
+struct Filling {
+  Filling() { t_filling = true; }
+  ~Filling() { t_filling = false; }
+};
+
+// What CPU and CUDA write into uninitialized memory in deterministic mode.
+c10::Scalar uninitialized_value(c10::ScalarType type) {
+  if (c10::isFloatingType(type)) return std::numeric_limits<double>::quiet_NaN();
+  if (c10::isComplexType(type)) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    return c10::complex<double>(nan, nan);
+  }
+  switch (type) {
+    case c10::ScalarType::Bool: return true;
+    case c10::ScalarType::Byte: return std::numeric_limits<uint8_t>::max();
+    case c10::ScalarType::Char: return std::numeric_limits<int8_t>::max();
+    case c10::ScalarType::Short: return std::numeric_limits<int16_t>::max();
+    case c10::ScalarType::Int: return std::numeric_limits<int32_t>::max();
+    case c10::ScalarType::Long: return std::numeric_limits<int64_t>::max();
+    case c10::ScalarType::UInt16: return std::numeric_limits<uint16_t>::max();
+    case c10::ScalarType::UInt32: return std::numeric_limits<uint32_t>::max();
+    case c10::ScalarType::UInt64: return std::numeric_limits<uint64_t>::max();
+    default: break;
+  }
+  TORCH_CHECK(false, kBackendName, ": deterministic mode cannot fill uninitialized memory of dtype ",
+              type);
+}
+
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (C10_UNLIKELY(fill_uninitialized()) && t.numel() > 0) {
+    Filling filling;
+    t.fill_(uninitialized_value(t.scalar_type()));
+  }
+  return t;
+}
 
 c10::Device target_device(std::optional<c10::Device> device) {
   c10::DeviceIndex index = current_device();
@@ -64,8 +123,9 @@ at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<c10::Scal
   TORCH_CHECK(!layout.has_value() || *layout == c10::Layout::Strided, kBackendName,
               ": only strided tensors are supported, got layout ", *layout);
   c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), c10::GetAllocator(kDeviceType),
-                                   kKeys, scalar_type, memory_format);
+  return filled_if_deterministic(at::detail::empty_generic(
+      C10_AS_INTARRAYREF_SLOW(size), c10::GetAllocator(kDeviceType), kKeys, scalar_type,
+      memory_format));
 }
 
 at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
@@ -75,9 +135,9 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
   TORCH_CHECK(!layout.has_value() || *layout == c10::Layout::Strided, kBackendName,
               ": only strided tensors are supported, got layout ", *layout);
   c10::DeviceGuard guard(target_device(device));
-  return at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size),
-                                           C10_AS_INTARRAYREF_SLOW(stride),
-                                           c10::GetAllocator(kDeviceType), kKeys, scalar_type);
+  return filled_if_deterministic(at::detail::empty_strided_generic(
+      C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+      c10::GetAllocator(kDeviceType), kKeys, scalar_type));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -118,7 +178,22 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   std::size_t needed = (static_cast<std::size_t>(impl->storage_offset()) +
                         static_cast<std::size_t>(c10::multiply_integers(sizes))) *
                        self.dtype().itemsize();
-  if (self.numel() > 0) grow_storage(self, needed);
+  if (self.numel() > 0) {
+    const std::size_t before = self.storage().nbytes();
+    grow_storage(self, needed);
+    if (C10_UNLIKELY(fill_uninitialized()) && self.storage().nbytes() > before) {
+      // As CUDA's resize_: only the bytes that grew, as elements of self's dtype.
+      const std::size_t itemsize = self.dtype().itemsize();
+      const int64_t first = static_cast<int64_t>((before + itemsize - 1) / itemsize);
+      const int64_t count = static_cast<int64_t>(self.storage().nbytes() / itemsize) - first;
+      if (count > 0) {
+        Filling filling;
+        at::Tensor grown = at::empty({0}, self.options());
+        grown.set_(self.storage(), first, {count}, {1});
+        grown.fill_(uninitialized_value(self.scalar_type()));
+      }
+    }
+  }
   return self;
 }
 
@@ -236,19 +311,27 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));
   m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
   m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
   m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
   m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
   m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
   m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
   m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+  // Copies, clones, zeroing and resizing are bookkeeping too (dense copies of the
+  // indices and values): on the fallback, clone's CPU result could not come back.
+  m.impl("clone", TORCH_FN(at::native::clone_sparse));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_wrapper_));
+  m.impl("zero_", TORCH_FN(at::native::zero_sparse_));
+  m.impl("sparse_resize_", TORCH_FN(at::native::sparse_resize_));
+  m.impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
 }
 
 // Sparse compressed (CSR/CSC/BSR/BSC) device tensors: bookkeeping over dense
 // device tensors as well, read by ATen's own accessors (without them the
 // CompositeExplicitAutograd defaults run and refuse the layout, so such a
-// tensor could not even be copied to the CPU). Other ops on them are not
-// supported on the device (no fallback: cpu_fallback's SparseCsr path crashed
-// in an OpInfo run, sparse.mm.reduce backward): they raise the dispatcher's error.
+// tensor could not even be copied to the CPU). Other ops on them run on the CPU
+// through the glue's own fallback for these layouts (fallback.cpp).
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
   m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
@@ -258,6 +341,11 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
   m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
   m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  // Making, copying and resizing one: member by member, on the device.
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_compressed_symint));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse_compressed));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_compressed_));
+  m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
 }
 
 }  // namespace FLSDK_BACKEND_NS

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device_config.h"
 
@@ -104,7 +105,7 @@ const char* last_error();
 // Declared for every backend, called only when device.yaml's
 // `runtime_primitives:` list names them (config::kRuntimeHasMemset,
 // kRuntimeHasCopyStrided, kRuntimeHasHostKernels, kRuntimeHasPinnedHost,
-// kRuntimeHasIpc): a
+// kRuntimeHasIpc, kRuntimeHasProfiling): a
 // runtime that does not list one need not define it. memset and copy_strided
 // are queued on `stream` like memcpy. Either may return Unsupported for a call
 // it does not handle; the glue then takes its next path: a native kernel of the
@@ -188,5 +189,44 @@ Status ipc_open_mem_handle(int device, const IpcMemHandle& handle, void** ptr);
 Status ipc_close_mem_handle(int device, void* ptr);
 Status ipc_get_event_handle(int device, Event event, IpcEventHandle* handle);
 Status ipc_open_event_handle(int device, const IpcEventHandle& handle, Event* event);
+
+// profiling: what the device did, for torch.profiler (as CUPTI's activity
+// records are to CUDA). Between profiler_start and profiler_stop the runtime
+// records every piece of work queued on any stream of any device when the
+// device runs it: one Activity each, with the host-clock time it started and
+// ended and the correlation id the queuing thread had pushed. The glue pushes
+// the id of the PyTorch op being run (profiler_push_correlation, nested as ops
+// nest) before the op queues work, and pops it after; work queued with nothing
+// pushed carries 0. profiler_flush hands over the records of work that has run
+// and forgets them; the glue synchronizes every device before it flushes at the
+// end of a profile. With profiling off (before start, after stop) recording must
+// cost next to nothing: the glue calls push and pop only while a profile runs.
+enum class ActivityKind : int {
+  Kernel = 0,      // device code: a kernel, Inductor's kernels (host_kernels)
+  Memcpy = 1,      // memcpy, memcpy_peer, copy_strided
+  Memset = 2,      // memset, and fills the runtime or a kernel does
+  Collective = 3,  // work of the collective library (ccl_adapter.h)
+};
+struct Activity {
+  ActivityKind kind = ActivityKind::Kernel;
+  std::string name;             // "k_mm", "Memcpy HtoD": what the trace shows
+  int device = 0;
+  Stream stream = nullptr;      // the stream it was queued on (null: the default stream)
+  std::int64_t start_ns = 0;    // std::chrono::steady_clock, nanoseconds since its epoch
+  std::int64_t end_ns = 0;      // >= start_ns
+  std::uint64_t correlation_id = 0;  // profiler_push_correlation's id when it was queued
+  std::int64_t launch_start_ns = 0;  // the runtime call that queued it (steady_clock; 0: unknown)
+  std::int64_t launch_end_ns = 0;
+  std::uint64_t bytes = 0;      // copies, fills and collectives: bytes moved or set
+  CopyKind copy_kind = CopyKind::DeviceToDevice;  // Memcpy only
+};
+Status profiler_start();
+Status profiler_stop();
+// Per calling thread: the id later queued work carries, until the matching pop.
+void profiler_push_correlation(std::uint64_t id);
+void profiler_pop_correlation();
+// Appends the records of work that has run since start (or the last flush) to
+// `out` and drops them from the runtime.
+Status profiler_flush(std::vector<Activity>* out);
 
 }  // namespace FLSDK_BACKEND_NS::runtime

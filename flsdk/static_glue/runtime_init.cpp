@@ -151,6 +151,16 @@ runtime::Stream native_stream(const c10::Stream& stream) {
   return g_streams[device][index];
 }
 
+c10::StreamId stream_id_of(int device, runtime::Stream handle) {
+  if (handle == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(g_streams_mutex);
+  if (device < 0 || static_cast<std::size_t>(device) >= g_streams.size()) return -1;
+  const auto& handles = g_streams[static_cast<std::size_t>(device)];
+  for (std::size_t i = 0; i < handles.size(); ++i)
+    if (handles[i] == handle) return static_cast<c10::StreamId>(i + 1);
+  return -1;
+}
+
 c10::Stream current_stream(c10::DeviceIndex index) {
   auto slot = static_cast<std::size_t>(index);
   c10::StreamId id = slot < t_current_streams.size() ? t_current_streams[slot] : 0;
@@ -181,6 +191,17 @@ runtime::Stream launch_stream(c10::DeviceIndex device) {
 void wait_for_device_results(c10::DeviceIndex device, const char* op) {
   host_wait_stream(device, launch_stream(device), HostWait::Kernel, op);
 }
+
+namespace {
+thread_local const char* t_current_kernel = nullptr;
+}  // namespace
+
+const char* current_kernel() { return t_current_kernel; }
+
+CurrentKernel::CurrentKernel(const char* name) noexcept : previous_(t_current_kernel) {
+  t_current_kernel = name;
+}
+CurrentKernel::~CurrentKernel() { t_current_kernel = previous_; }
 
 c10::Stream new_stream(c10::DeviceIndex index) {
   check_device_index(index);

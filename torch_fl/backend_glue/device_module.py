@@ -12,6 +12,8 @@ import contextlib
 
 import torch
 
+from .memory import install_memory_module
+
 _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
 
 # torch.compile: Inductor asks torch.<name> for these names on its first compile
@@ -61,6 +63,7 @@ class DeviceModule:
         "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
         "empty_cache", "memory_stats", "memory_allocated", "max_memory_allocated",
         "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "mem_get_info",
+        "memory_summary", "memory_snapshot", "reset_accumulated_memory_stats", "memory",
         "set_memory_config", "get_memory_config",
         "current_stream", "stream", "device", "Stream", "Event", "ipc_collect",
     )
@@ -75,6 +78,8 @@ class DeviceModule:
         # module (torch.utils.checkpoint stashes the device's RNG state only when it
         # is true), so once fill() has run it is the device module's own globals.
         self.globals = {"_initialized": False}
+        # torch.<name>.memory, as torch.cuda.memory (memory.py).
+        self.memory_functions, self.memory = install_memory_module(self)
 
     def fill(self, module_globals):
         """Make `module_globals` (the generated device module's) torch.<name>: EXPORTS,
@@ -181,7 +186,17 @@ class DeviceModule:
         self.native.empty_cache()
 
     def memory_stats(self, device=None):
-        return torch.accelerator.memory_stats(self.index(device))
+        """torch.cuda.memory_stats' keys (memory.py)."""
+        return self.memory_functions.memory_stats(device)
+
+    def memory_summary(self, device=None, abbreviated=False):
+        return self.memory_functions.memory_summary(device, abbreviated)
+
+    def memory_snapshot(self):
+        return self.memory_functions.memory_snapshot()
+
+    def reset_accumulated_memory_stats(self, device=None):
+        self.memory_functions.reset_accumulated_memory_stats(device)
 
     def memory_allocated(self, device=None):
         return torch.accelerator.memory_allocated(self.index(device))

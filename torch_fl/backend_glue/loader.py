@@ -20,6 +20,7 @@ import time
 import warnings
 
 from .device_defaults import install_device_defaults
+from .op_routes import apply_env as apply_env_op_routes
 
 # Which installed backend torch's autoloader loads when several are installed
 # (one PrivateUse1 backend per process): unset = the first that loads.
@@ -155,6 +156,7 @@ class BackendLoader:
                 if hasattr(native, "_ipc_share"):
                     from .multiprocessing import install as install_sharing
                     install_sharing(self.name, native)
+                apply_env_op_routes(torch, native, self.name)  # TORCH_FL_OP_ROUTES; warns, never raises
                 atexit.register(let_autograd_threads_settle)
                 self.install_compile_fallback()
                 install_device_defaults(torch, self.name, self.descriptor.get("amp_dtypes") or ())
@@ -203,3 +205,8 @@ class BackendLoader:
         which arguments decide (the generated op_dtypes.py: imported on first use, as
         it is large and `import torch` should not pay for it)."""
         return importlib.import_module(self.package + "._generated.op_dtypes").OP_DTYPES
+
+    def op_specs(self):
+        """Registered op -> (spec file:line, kernel, kernel file): the generated
+        op_specs.py, imported on first use."""
+        return importlib.import_module(self.package + "._generated.op_specs").OP_SPECS

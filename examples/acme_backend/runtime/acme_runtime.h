@@ -24,7 +24,9 @@
 //   option (ACME_SLOW_DEVICE / "slow_device", microseconds) delays every piece
 //   of queued work, so a missing synchronization becomes a wrong answer.
 // * Events stamp a steady_clock time when the stream reaches them.
-// * Failure injection for malloc/memcpy, deterministic per seed.
+// * Failure injection for malloc/memcpy, deterministic per seed, and a
+//   deliberately wrong kernel.
+// * Profiling: records of every piece of queued work (acmeProfiler*).
 //
 // * fork(): streams created before fork() are refused in the child (their
 //   worker threads do not exist there); everything else keeps working. The
@@ -224,6 +226,51 @@ acmeError_t acmeSetOption(const char* key, const char* value);
 // (without NUL) into *needed if non-null. "stats" is a JSON object.
 acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* needed);
 
+// ---- profiling -------------------------------------------------------------
+// What the device did, as CUPTI's activity records tell of a GPU. Between
+// acmeProfilerStart and acmeProfilerStop every piece of work queued on any
+// stream (kernels, copies, fills) is recorded when its stream's worker runs it:
+// kind, name, device, stream, the steady_clock times the worker started and
+// ended it and the time of the call that queued it, and the correlation id the
+// queuing thread had pushed (0: none). With profiling off a queue push costs
+// one relaxed atomic load more. Event markers and waits are not recorded.
+typedef enum acmeActivityKind {
+  acmeActivityKernel = 0,
+  acmeActivityMemcpy = 1,
+  acmeActivityMemset = 2,
+  acmeActivityCollective = 3,
+} acmeActivityKind;
+
+typedef struct acmeActivity {
+  acmeActivityKind kind;
+  const char* name;        // static storage (a kernel's name as launched, "Memcpy HtoD")
+  int device;
+  acmeStream_t stream;     // null: the default stream
+  int64_t start_ns, end_ns;                // steady_clock, since its epoch
+  int64_t launch_start_ns, launch_end_ns;  // the call that queued it
+  uint64_t correlation_id;
+  uint64_t bytes;          // copies and fills
+  acmeMemcpyKind copy_kind;
+} acmeActivity;
+
+acmeError_t acmeProfilerStart(void);
+acmeError_t acmeProfilerStop(void);
+// Per calling thread, nested: work this thread queues until the matching pop
+// carries `id`.
+void acmeProfilerPushCorrelation(uint64_t id);
+void acmeProfilerPopCorrelation(void);
+// Moves up to `capacity` records of work that has run into `out`; *count is
+// how many. Call again until it gives 0.
+acmeError_t acmeProfilerFlush(acmeActivity* out, size_t capacity, size_t* count);
+
+// ---- fault injection: a wrong kernel -----------------------------------------
+// Option "wrong_kernel" names a kernel (as launched: "k_mm") whose results are
+// deliberately wrong: acme's kernel library adds 1 to the first element each
+// such launch writes (kernels/common/device.h). "none" clears it. For testing
+// tools that must find a wrong kernel (torch_fl.compare_model's bisection).
+// 1 when `name` is that kernel.
+int acmeKernelIsWrong(const char* name);
+
 // ---- errors ----------------------------------------------------------------
 // Message of the last failed call on this thread ("" if none yet).
 const char* acmeGetLastErrorString(void);
@@ -236,15 +283,21 @@ const char* acmeGetErrorName(acmeError_t error);
 // stream's worker thread, where acmeDeviceView answers. An exception is
 // captured and reported by the next acmeStreamSynchronize /
 // acmeDeviceSynchronize of that stream.
-acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn);
+// `name` (static storage; null: "kernel") and `kind` are what the profiler
+// records for it.
+acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn,
+                       const char* name = nullptr, acmeActivityKind kind = acmeActivityKernel);
 
 #include "../generated/runtime_adapter.h"
 
 namespace acme::runtime {
 // For acme kernel authors: queue a kernel's device part on a stream, the way a
 // real chip launches on a queue (acmeLaunch). Returns Status::Ok,
-// InvalidDevice, InvalidValue (bad stream) or Error (device lost).
-Status launch(int device, Stream stream, std::function<void()> fn);
+// InvalidDevice, InvalidValue (bad stream) or Error (device lost). `name`
+// (static storage: current_kernel() gives it) and `kind` name the work in
+// profiles.
+Status launch(int device, Stream stream, std::function<void()> fn, const char* name = nullptr,
+              ActivityKind kind = ActivityKind::Kernel);
 // For kernels' device parts, which mix device memory with host scratch memory:
 // the device's view of `p` when it is device memory and the caller is device
 // work; `p` itself when it is not device memory; null when host code asks for

@@ -10,8 +10,10 @@
 #include "vector_isa.h"
 
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace acme::runtime {
 namespace {
@@ -175,8 +177,10 @@ const char* last_error() {
   return shown.c_str();
 }
 
-Status launch(int device, Stream stream, std::function<void()> fn) {
-  return st(acmeLaunch(device, as_stream(stream), std::move(fn)));
+Status launch(int device, Stream stream, std::function<void()> fn, const char* name,
+              ActivityKind kind) {
+  return st(acmeLaunch(device, as_stream(stream), std::move(fn), name,
+                       static_cast<acmeActivityKind>(kind)));
 }
 
 // runtime_primitives: host_kernels (Inductor's C++ kernels run as device work).
@@ -224,5 +228,44 @@ Status ipc_open_event_handle(int device, const IpcEventHandle& handle, Event* ev
 }
 
 void* device_or_host_view(const void* p) { return acmeDeviceOrHostView(p); }
+
+// runtime_primitives: profiling (the records behind torch.profiler's device lanes).
+static_assert(static_cast<int>(ActivityKind::Kernel) == acmeActivityKernel);
+static_assert(static_cast<int>(ActivityKind::Memcpy) == acmeActivityMemcpy);
+static_assert(static_cast<int>(ActivityKind::Memset) == acmeActivityMemset);
+static_assert(static_cast<int>(ActivityKind::Collective) == acmeActivityCollective);
+
+Status profiler_start() { return st(acmeProfilerStart()); }
+
+Status profiler_stop() { return st(acmeProfilerStop()); }
+
+void profiler_push_correlation(std::uint64_t id) { acmeProfilerPushCorrelation(id); }
+
+void profiler_pop_correlation() { acmeProfilerPopCorrelation(); }
+
+Status profiler_flush(std::vector<Activity>* out) {
+  acmeActivity chunk[1024];
+  for (;;) {
+    size_t n = 0;
+    if (auto e = acmeProfilerFlush(chunk, std::size(chunk), &n)) return st(e);
+    if (n == 0) return Status::Ok;
+    for (size_t i = 0; i < n; ++i) {
+      const acmeActivity& a = chunk[i];
+      Activity r;
+      r.kind = static_cast<ActivityKind>(a.kind);
+      r.name = a.name ? a.name : "";
+      r.device = a.device;
+      r.stream = a.stream;
+      r.start_ns = a.start_ns;
+      r.end_ns = a.end_ns;
+      r.correlation_id = a.correlation_id;
+      r.launch_start_ns = a.launch_start_ns;
+      r.launch_end_ns = a.launch_end_ns;
+      r.bytes = a.bytes;
+      r.copy_kind = static_cast<CopyKind>(a.copy_kind);
+      out->push_back(std::move(r));
+    }
+  }
+}
 
 }  // namespace acme::runtime

@@ -195,12 +195,18 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
       return fail(acmeErrorRuntime,
                   "acme: init: cannot re-initialize while device memory is allocated");
 
+  {
+    std::lock_guard<std::mutex> wrong(r.wrong_mu);  // a fresh start has every kernel right
+    r.wrong_kernel.clear();
+    r.has_wrong_kernel = false;
+  }
   // Environment options first: a bad value fails init before anything changes.
   for (auto [env, key] : {std::pair{"ACME_SLOW_DEVICE", "slow_device"},
                           std::pair{"ACME_LINK_GBPS", "link_gbps"},
                           std::pair{"ACME_FAULT_SEED", "fault_seed"},
                           std::pair{"ACME_FAULT_MALLOC", "fault_malloc"},
-                          std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"}})
+                          std::pair{"ACME_FAULT_MEMCPY", "fault_memcpy"},
+                          std::pair{"ACME_WRONG_KERNEL", "wrong_kernel"}})
     if (auto e = env_option(env, key)) return e;
 
   std::vector<std::unique_ptr<Arena>> arenas;

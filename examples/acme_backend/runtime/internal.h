@@ -4,6 +4,7 @@
 //   memory.cpp   malloc/free/memory info and every copy (the arenas are in arena.h)
 //   stream.cpp   streams, events and launch (the queue types are in stream.h)
 //   options.cpp  set_option/get_option: slow device, fault injection, stats
+//   profiling.cpp  acmeProfiler*: records of the work the streams ran (profiling.h)
 #pragma once
 
 #include "acme_runtime.h"
@@ -112,6 +113,11 @@ struct Runtime {
   Stats stats;
   // Injected device loss (option "device_lost"): bit i set = device i is gone.
   std::atomic<uint64_t> lost{0};
+  // Option "wrong_kernel": the kernel whose results acme's kernel library spoils
+  // on purpose (acmeKernelIsWrong); the flag spares every launch a lock.
+  std::mutex wrong_mu;
+  std::string wrong_kernel;
+  std::atomic<bool> has_wrong_kernel{false};
 };
 
 

@@ -219,8 +219,20 @@ acmeError_t acmeMemGetInfo(int device, size_t* free_bytes, size_t* total_bytes) 
   return acmeSuccess;
 }
 
+// What a profile calls each kind of copy (CUDA's names).
+static const char* copy_activity_name(acmeMemcpyKind kind) {
+  switch (kind) {
+    case acmeMemcpyHostToHost: return "Memcpy HtoH";
+    case acmeMemcpyHostToDevice: return "Memcpy HtoD";
+    case acmeMemcpyDeviceToHost: return "Memcpy DtoH";
+    case acmeMemcpyDeviceToDevice: return "Memcpy DtoD";
+  }
+  return "Memcpy";
+}
+
 acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpyKind kind,
                             int device, acmeStream_t stream) {
+  const int64_t called = launch_clock();
   // A host-to-host copy names no device; accept any index there.
   if (kind != acmeMemcpyHostToHost || stream) {
     if (auto e = check_alive(device)) return e;
@@ -240,7 +252,9 @@ acmeError_t acmeMemcpyAsync(void* dst, const void* src, size_t bytes, acmeMemcpy
   if (auto e = injected_copy_fault()) return e;
   count_copy(kind, bytes);
   // Queued after the stream's earlier work; the host returns at once.
-  if (!s->push([=] { raw_copy(dst, src, bytes); }, "memcpy")) return destroyed(s);
+  if (!s->push([=] { raw_copy(dst, src, bytes); }, "memcpy",
+               tag(acmeActivityMemcpy, copy_activity_name(kind), called, bytes, kind)))
+    return destroyed(s);
   return acmeSuccess;
 }
 
@@ -262,7 +276,12 @@ acmeError_t acmeMemcpyPeer(void* dst, int dst_device, const void* src, int src_d
   if (auto e = injected_copy_fault()) return e;
   count_copy(acmeMemcpyDeviceToDevice, bytes);
   rt().stats.peer++;
+  const ActivityTag activity = tag(acmeActivityMemcpy, "Memcpy PtoP", 0, bytes,
+                                   acmeMemcpyDeviceToDevice);
+  const int64_t started = activity.recorded ? steady_ns() : 0;
   raw_copy(dst, src, bytes);  // synchronous: the caller waited for both devices' work
+  // Synchronous, so no stream ran it: shown on the destination's default stream.
+  if (activity.recorded) record(activity, dst_device, nullptr, started, steady_ns(), steady_ns());
   return acmeSuccess;
 }
 

@@ -1,5 +1,6 @@
 // acme vendor runtime: options (set_option / get_option and the ACME_* env
-// variables init reads): the slow device, fault injection, device loss, stats.
+// variables init reads): the slow device, fault injection (failing calls, a
+// wrong kernel), device loss, stats.
 #include "internal.h"
 
 #include <algorithm>
@@ -108,13 +109,25 @@ acmeError_t apply_option(const char* key, const char* value, const char* source)
     r.lost.fetch_or(uint64_t{1} << v);
     return acmeSuccess;
   }
+  if (k == "wrong_kernel") {
+    const std::string name(value);
+    if (name.empty() || name.find_first_of(" \t,") != std::string::npos)
+      return fail(acmeErrorInvalidValue,
+                  "acme: %s: wrong_kernel must be one kernel name as launched (e.g. 'k_mm') or "
+                  "'none', got '%s'",
+                  source, value);
+    std::lock_guard<std::mutex> lk(r.wrong_mu);
+    r.wrong_kernel = name == "none" ? "" : name;
+    r.has_wrong_kernel = !r.wrong_kernel.empty();
+    return acmeSuccess;
+  }
   if (k == "device_count" || k == "capacity" || k == "alignment" || k == "runtime_version" ||
       k == "driver_version" || k == "built_driver_version")
     return fail(acmeErrorInvalidValue,
                 "acme: option '%s' is read-only (set it through the device config / init)", key);
   return fail(acmeErrorInvalidValue,
               "acme: unknown option '%s' (settable: slow_device, link_gbps, fault_malloc, "
-              "fault_memcpy, fault_seed, stats, device_lost)",
+              "fault_memcpy, fault_seed, stats, device_lost, wrong_kernel)",
               key);
 }
 
@@ -187,6 +200,13 @@ extern "C" {
 
 // ---- options ------------------------------------------------------------------
 
+int acmeKernelIsWrong(const char* name) {
+  Runtime& r = rt();
+  if (!name || !r.has_wrong_kernel.load(std::memory_order_relaxed)) return 0;
+  std::lock_guard<std::mutex> lk(r.wrong_mu);
+  return r.wrong_kernel == name ? 1 : 0;
+}
+
 acmeError_t acmeSetOption(const char* key, const char* value) {
   if (!key || !value) return fail(acmeErrorInvalidValue, "acme: set_option: null key or value");
   return apply_option(key, value, "set_option");
@@ -222,6 +242,9 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
     v = ACME_DRIVER_VERSION;
   } else if (k == "driver_version") {
     v = installed_driver_version();
+  } else if (k == "wrong_kernel") {
+    std::lock_guard<std::mutex> lk(r.wrong_mu);
+    v = r.wrong_kernel.empty() ? "none" : r.wrong_kernel;
   } else if (k == "device_lost") {
     const uint64_t lost = r.lost.load();
     for (int i = 0; i < 64; ++i)
@@ -229,7 +252,8 @@ acmeError_t acmeGetOption(const char* key, char* buf, size_t buflen, size_t* nee
   } else {
     return fail(acmeErrorInvalidValue,
                 "acme: unknown option '%s' (known: slow_device, link_gbps, fault_malloc, "
-                "fault_memcpy, fault_seed, stats, device_lost, device_count, capacity, alignment, "
+                "fault_memcpy, fault_seed, stats, device_lost, wrong_kernel, device_count, "
+                "capacity, alignment, "
                 "runtime_version, driver_version, built_driver_version)",
                 key);
   }

@@ -16,6 +16,7 @@ add_library(acme_runtime STATIC
   ${ACME_RUNTIME_DIR}/stream.cpp
   ${ACME_RUNTIME_DIR}/options.cpp
   ${ACME_RUNTIME_DIR}/ipc.cpp
+  ${ACME_RUNTIME_DIR}/profiling.cpp
   ${ACME_RUNTIME_DIR}/adapter.cpp
   ${ACME_RUNTIME_DIR}/compute_units.cpp
   ${ACME_RUNTIME_DIR}/vector_isa.cpp

@@ -299,17 +299,20 @@ acmeError_t acmeEventElapsedTime(float* ms, acmeEvent_t start, acmeEvent_t end) 
 
 acmeError_t acmeLaunchHostFunc(int device, acmeStream_t stream, void (*fn)(void*), void* arg) {
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: null function");
-  return acmeLaunch(device, stream, [fn, arg] { fn(arg); });
+  return acmeLaunch(device, stream, [fn, arg] { fn(arg); }, "host kernel");
 }
 
 }  // extern "C"
 
-acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn) {
+acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn, const char* name,
+                       acmeActivityKind kind) {
+  const int64_t called = launch_clock();
   if (auto e = check_alive(device)) return e;
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   rt().stats.launches++;
-  if (!s->push(std::move(fn), "kernel")) return destroyed(s);
+  if (!s->push(std::move(fn), "kernel", tag(kind, name ? name : "kernel", called)))
+    return destroyed(s);
   return acmeSuccess;
 }

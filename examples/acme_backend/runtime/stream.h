@@ -3,6 +3,7 @@
 #pragma once
 
 #include "acme_runtime.h"
+#include "profiling.h"
 
 #include <chrono>
 #include <atomic>
@@ -42,7 +43,15 @@ struct acmeStream_st {
   uint64_t fork_epoch = 0;
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
-  std::deque<std::pair<std::function<void()>, const char*>> queue;
+  // Each piece of work, what it is (for error messages) and what the profiler
+  // records of it (profiling.h).
+  struct Work {
+    std::function<void()> fn;
+    const char* what = "";
+    acme_internal::ActivityTag activity;
+    int64_t launch_end_ns = 0;
+  };
+  std::deque<Work> queue;
   uint64_t enqueued = 0, completed = 0;
   // Copies of enqueued / completed for the lock-free polls (stream_spin_until);
   // the counters under `mu` stay the truth every wait re-checks.
@@ -60,12 +69,14 @@ struct acmeStream_st {
 
   // False when the stream is being destroyed: a racing destroy must not
   // leave work queued that no worker will ever run.
-  [[nodiscard]] bool push(std::function<void()> fn, const char* what) {
+  [[nodiscard]] bool push(std::function<void()> fn, const char* what,
+                          const acme_internal::ActivityTag& activity = {}) {
     bool wake;
     {
       std::lock_guard<std::mutex> lk(mu);
       if (stop) return false;
-      queue.emplace_back(std::move(fn), what);
+      queue.push_back(Work{std::move(fn), what, activity,
+                           activity.recorded ? acme_internal::steady_ns() : 0});
       ++enqueued;
       enqueued_seen.store(enqueued, std::memory_order_release);
       wake = worker_sleeping;
@@ -76,7 +87,7 @@ struct acmeStream_st {
 
   void run() {
     for (;;) {
-      std::pair<std::function<void()>, const char*> item;
+      Work item;
       {
         std::unique_lock<std::mutex> lk(mu);
         if (!stop && queue.empty()) {
@@ -101,15 +112,19 @@ struct acmeStream_st {
         std::this_thread::sleep_for(std::chrono::microseconds(us));
       // Queued work must never take the process down: capture, report later.
       std::string err;
+      const int64_t started = item.activity.recorded ? acme_internal::steady_ns() : 0;
       try {
-        item.first();
+        item.fn();
       } catch (const std::exception& e) {
         err = e.what();
         if (err.empty()) err = "std::exception with an empty message";
       } catch (...) {
         err = "unknown exception (not derived from std::exception)";
       }
-      item.first = nullptr;  // drop captures before reporting completion
+      if (item.activity.recorded)
+        acme_internal::record(item.activity, device, id == 0 ? nullptr : this, started,
+                              acme_internal::steady_ns(), item.launch_end_ns);
+      item.fn = nullptr;  // drop captures before reporting completion
       bool wake;
       {
         std::lock_guard<std::mutex> lk(mu);
@@ -118,7 +133,7 @@ struct acmeStream_st {
         wake = drainers > 0;
         if (!err.empty()) {
           if (error.empty())
-            error = "acme: " + std::string(item.second) + " on stream #" + std::to_string(id) +
+            error = "acme: " + std::string(item.what) + " on stream #" + std::to_string(id) +
                     " of device " + std::to_string(device) + " failed: " + err;
           else
             ++more_errors;

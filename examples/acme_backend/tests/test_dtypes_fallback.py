@@ -160,8 +160,9 @@ def test_sparse_coo_tensors_live_on_the_device_and_their_ops_fall_back(fallback_
 
 def test_sparse_csr_tensors_live_on_the_device_and_copy_back(fallback_log):
     # CSR tensors are bookkeeping over dense device tensors: they live on the device and
-    # copy back to the CPU. Other CSR ops are refused (no SparseCsr fallback: torch's
-    # cpu_fallback crashed on the SparseCsr path of sparse.mm.reduce's backward).
+    # copy back to the CPU. Other CSR ops run on the glue's own fallback for compressed
+    # layouts (torch's cpu_fallback crashed on the SparseCsr path of sparse.mm.reduce's
+    # backward), their results back on the device (issue 37).
     dense = torch.tensor([[0.0, 2.0, 0.0], [3.0, 0.0, 4.0]])
     on_device = dense.to_sparse_csr().to("acme")
     assert on_device.layout == torch.sparse_csr and on_device.device.type == "acme"
@@ -169,8 +170,10 @@ def test_sparse_csr_tensors_live_on_the_device_and_copy_back(fallback_log):
     assert torch.equal(on_device.crow_indices().cpu(), torch.tensor([0, 1, 3]))
     back = on_device.cpu()  # needs the layout's accessors on the device
     assert back.layout == torch.sparse_csr and torch.equal(back.to_dense(), dense)
-    with pytest.raises(NotImplementedError, match="SparseCsr"):
-        torch.sparse.mm(on_device, torch.ones(3, 2, device="acme"))
+    product = torch.sparse.mm(on_device, torch.ones(3, 2, device="acme"))
+    assert product.device.type == "acme"
+    assert torch.equal(product.cpu(), dense @ torch.ones(3, 2))
+    assert "addmm" in _ops_in_log() or "mm" in _ops_in_log()
 
 
 def test_record_stream_is_glue_and_checks_the_stream():

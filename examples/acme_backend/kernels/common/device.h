@@ -133,17 +133,49 @@ class DeviceTensor {
   alignas(8) char value_[16] = {};
 };
 
+// Fault injection (runtime option "wrong_kernel"): adds 1 to the first element
+// of `t` (device work only), the deliberately wrong result of a named kernel.
+inline void spoil_first_element(const DeviceTensor& t) {
+  if (t.numel() == 0 || !t.defined()) return;
+  void* p = t.data_ptr();
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Float: *static_cast<float*>(p) += 1.0f; break;
+    case c10::ScalarType::Double: *static_cast<double*>(p) += 1.0; break;
+    case c10::ScalarType::Half: *static_cast<c10::Half*>(p) += 1.0f; break;
+    case c10::ScalarType::BFloat16: *static_cast<c10::BFloat16*>(p) += 1.0f; break;
+    case c10::ScalarType::Int: *static_cast<int32_t*>(p) += 1; break;
+    case c10::ScalarType::Long: *static_cast<int64_t*>(p) += 1; break;
+    default: break;
+  }
+}
+
 // Queues `body` (the device part) on the current stream of `on`'s device and
 // returns at once. `body` must capture by value and hold no at::Tensor.
 // The device part runs with the caller's intra-op thread count (parallel.h).
+// The work is named after the kernel the generated wrapper is running (what a
+// profile shows on the device lane); `kind` says what it is (a fill is a Memset).
 template <class Body>
-inline void launch(const at::Tensor& on, Body&& body) {
+inline void launch(const at::Tensor& on, Body&& body,
+                   ::acme::runtime::ActivityKind kind = ::acme::runtime::ActivityKind::Kernel) {
   const int device = on.device().index();
-  std::function<void()> work = [threads = intra_op_threads(), body = std::forward<Body>(body)] {
-    LaunchedThreads scope(threads);
-    body();
-  };
-  const auto status = ::acme::runtime::launch(device, ::acme::launch_stream(device), std::move(work));
+  const char* name = ::acme::current_kernel();
+  std::function<void()> work;
+  if (acmeKernelIsWrong(name)) {
+    // Option "wrong_kernel" names this kernel: its result is spoiled on purpose
+    // (`on` is the output of nearly every kernel).
+    work = [threads = intra_op_threads(), body = std::forward<Body>(body), spoiled = DeviceTensor(on)] {
+      LaunchedThreads scope(threads);
+      body();
+      spoil_first_element(spoiled);
+    };
+  } else {
+    work = [threads = intra_op_threads(), body = std::forward<Body>(body)] {
+      LaunchedThreads scope(threads);
+      body();
+    };
+  }
+  const auto status =
+      ::acme::runtime::launch(device, ::acme::launch_stream(device), std::move(work), name, kind);
   ::acme::check_status(status, "launch");
 }
 
