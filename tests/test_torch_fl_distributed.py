@@ -296,6 +296,15 @@ def test_single_process_group_in_process():
         value = work.get_future().wait()
         assert torch.equal(value[0].cpu(), torch.arange(4.0))
         assert torch.equal(t.cpu(), torch.arange(4.0))
+        # the collective library's work shows in torch.profiler as a collective on
+        # the group's communication stream
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            dist.all_reduce(t)
+            torch.acme.synchronize()
+        device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+        assert any(e.name == "all_reduce" for e in device_events), [e.name for e in device_events]
         t2 = torch.arange(4.0, device="acme:0") + 1
         dist.all_reduce(t2, op=dist.ReduceOp.AVG)
         assert torch.equal(t2.cpu(), torch.arange(4.0) + 1)

@@ -272,7 +272,9 @@ thread_local Group t_group;
 acmecclResult_t launch(const std::shared_ptr<Comm>& c, acmeStream_t stream, Work w,
                        const char* call) {
   auto work = std::make_shared<Work>(std::move(w));
-  const acmeError_t e = acmeLaunch(c->device, stream, [c, work] { execute(c, *work); });
+  // Recorded for torch.profiler as a collective named after the call (a string literal).
+  const acmeError_t e = acmeLaunch(c->device, stream, [c, work] { execute(c, *work); }, call,
+                                   acmeActivityCollective);
   if (e == acmeSuccess) return acmecclSuccess;
   const std::string why = acmeGetLastErrorString();
   const std::string msg = strprintf("acmeccl: %s on %s could not be queued: %s", call,
