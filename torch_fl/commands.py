@@ -234,7 +234,8 @@ def doctor() -> int:
     problems = 0
     for report in backend_reports():
         state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
-        print(f"installed backend {report['name']} ({report['package']}): {state}")
+        print(f"installed backend {report['name']} ({report['package']}, memory model "
+              f"{report['memory_model']}): {state}")
         problems += 0 if report["loaded"] else 1
         shadow = _shadowing_source(report["package"])
         if shadow:
