@@ -61,13 +61,19 @@ def cmd_gen(args) -> int:
         print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
     for item in result.skipped_variants:
         print(f"  {'skipped':9} {item}")
+    if result.memory_change:
+        print(f"  {'memory':9} {result.memory_change}")
+    for note in result.adapter_notes:
+        print(f"  {'adapter':9} {note}")
+    for err in result.adapter_errors:
+        print(f"error: {err}", file=sys.stderr)
     n_native = len(result.backend.ops)
     print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
           f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
     for mismatch in result.mismatches:
         print(f"error: {mismatch.message()}", file=sys.stderr)
-    if r.conflicts:
+    if r.conflicts or result.adapter_errors:
         return 1
     if result.mismatches:
         print(f"flsdk gen: {len(result.mismatches)} kernel(s) defined with another signature than "

@@ -474,6 +474,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         kernel_launch=data.get("kernel_launch", "inline"),
         runtime_primitives=primitives,
         collectives=data.get("collectives", "staged"),
+        adapter_versions=dict(data.get("adapter_versions") or {}),
     )
     return loaded
 

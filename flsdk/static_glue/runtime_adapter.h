@@ -16,6 +16,32 @@
 
 namespace FLSDK_BACKEND_NS::runtime {
 
+// ---- Version -------------------------------------------------------------------
+// This header is a source-level API: the adapter is compiled into the backend
+// together with the glue of the flsdk that generated it (never loaded as a
+// binary plugin), so there is no ABI to keep across flsdk releases. The version
+// tells the author of an adapter what to revisit when a newer flsdk regenerates
+// the backend:
+// * a new minor adds optional calls or services of the glue, or states exactly
+//   behaviour the glue already relied on: an adapter written for an older minor
+//   of the same major still builds and keeps working (read what it states);
+// * a new major changes a declaration or a promise: the adapter must be revisited.
+// device.yaml's `adapter_versions: {runtime: "X.Y"}` records the version a
+// backend's adapter was written for; `flsdk gen` and `flsdk check` compare it
+// with this one and print the changes in between (listed here, newest first).
+//
+// Changes:
+//   1.1  copy_strided converts exactly as PyTorch's CPU .to() does (out-of-range
+//        floats to int8/uint8/int16/int32 through int32, float64 and int64 to
+//        float16/bfloat16 through float32); with pinned_host every host pointer
+//        the glue passes to memcpy lies in a block from host_alloc (pageable
+//        memory is bounced through one); device_view is called on the thread
+//        running the launched function; current_op() names the op whose
+//        wrapper runs on this thread (the glue sets it; a runtime may report it).
+//   1.0  the interface before versions were recorded.
+constexpr int kRuntimeAdapterVersionMajor = 1;
+constexpr int kRuntimeAdapterVersionMinor = 1;
+
 enum class Status : int {
   Ok = 0,
   OutOfMemory = 1,
