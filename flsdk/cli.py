@@ -355,11 +355,30 @@ def cmd_doctor(args) -> int:
               + ("matches" if same else "DOES NOT MATCH the installed torch: run flsdk gen and rebuild"))
         problems += 0 if same else 1
         print(f"backend {root.name}: {_memory_model_line(root)}")
+        stale = _installed_build_line(root)
+        if stale:
+            print(f"backend {root.name}: {stale}")
+            problems += 1
     from torch_fl import commands  # the runtime's half: installed backends, versions
 
     problems += commands.doctor()
     print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
     return 1 if problems else 0
+
+
+def _installed_build_line(root: Path) -> str | None:
+    """The problem of the installed build against the sources at `root` (older than
+    them, or not installed), or None when it is their build."""
+    from torch_fl.commands import installed_build_problem
+
+    from flsdk.spec import SpecError, SpecErrors, load_device
+
+    try:
+        name = load_device(root / "device.yaml").name
+    except (SpecError, SpecErrors):
+        return None  # memory model line already says the device.yaml does not load
+    problem = installed_build_problem(f"torch_fl_{name}", str(root))
+    return f"INSTALLED BUILD IS STALE: {problem}" if problem else None
 
 
 def _memory_model_line(root: Path) -> str:

@@ -255,6 +255,25 @@ def doctor() -> int:
     return problems
 
 
+def installed_build_problem(package: str, root: str) -> str | None:
+    """Why the installed `package` is not the build of the backend sources at `root`
+    (backend_glue/build_record.py), or None; "not installed" when it is not. Finds the
+    installed copy through its distribution's files, so a source folder of the same
+    name on sys.path (the backend root itself) is not taken for it."""
+    import importlib.metadata as md
+
+    from .backend_glue import build_record
+
+    try:
+        dist = md.distribution(package.replace("_", "-"))
+    except md.PackageNotFoundError:
+        return f"{package} is not installed: pip install --no-build-isolation . (in {root})"
+    package_dir = str(dist.locate_file(package))
+    if build_record.read_record(package_dir) is None:
+        return None  # built before builds were recorded
+    return build_record.problem(package_dir, root)
+
+
 def _shadowing_source(package: str) -> str | None:
     """`python` started in the current folder imports ./<package> first (sys.path[0]
     is ''); when that is a source folder without the built extension, every

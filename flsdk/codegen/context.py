@@ -10,6 +10,7 @@ import dataclasses
 import pprint
 import re
 import zlib
+from pathlib import Path
 from dataclasses import dataclass
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
@@ -35,6 +36,7 @@ GENERATED_CPP = (
     "autocast.cpp", "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
+    "adapter_contract.h", "adapter_contract.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -47,16 +49,18 @@ STATIC_GLUE = frozenset({
     "host_kernels.h", "host_kernels.cpp", "python_module.cpp", "ccl_adapter.h",
     "distributed.h", "process_group.cpp", "comm_work.cpp", "comm_native.cpp", "comm_staged.cpp",
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
+    "adapter_contract.h", "adapter_contract.cpp",
 })
-# Build tools copied the same way: the post-link symbol check of sources.cmake.
-STATIC_TOOLS = ("check_symbols.py",)
+# Build tools copied the same way: the post-link symbol check of sources.cmake and
+# the progress lines a build prints on the terminal.
+STATIC_TOOLS = ("check_symbols.py", "build_progress.py")
 # The Python glue, the same for every backend: torch_fl/backend_glue/<name>, copied
 # verbatim into <package>/_generated/backend_glue/ so that the backend runs without
 # torch_fl installed; the generated backend.py and device_module.py call it with the
 # backend's name and facts.
 BACKEND_GLUE_DIR = "torch_fl/backend_glue"
 BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py",
-                "distributed.py", "c10d_default_backend.py", "multiprocessing.py")
+                "distributed.py", "c10d_default_backend.py", "multiprocessing.py", "build_record.py")
 
 # Unity groups of the glue (CMake UNITY_BUILD_MODE GROUP, sources.cmake's
 # flsdk_glue_unity_build): the glue files of a group compile as one translation
@@ -72,7 +76,7 @@ GLUE_UNITY_GROUPS = {
     "flsdk_glue_a": ("autocast.cpp", "minimal_ops.cpp", "register_kernels.cpp", "guard.cpp",
                      "allocator.cpp", "runtime_init.cpp", "host_sync.cpp"),
     "flsdk_glue_b": ("python_module.cpp", "fallback.cpp", "copies.cpp", "fallback_device_only.cpp",
-                     "hooks.cpp", "host_kernels.cpp"),
+                     "hooks.cpp", "host_kernels.cpp", "adapter_contract.cpp"),
     # The c10d process group: its files share torch's distributed headers (Backend.hpp
     # pulls in all of ATen), parsed once for the five.
     "flsdk_glue_dist": ("process_group.cpp", "comm_work.cpp", "comm_native.cpp",
@@ -555,6 +559,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           | {"test_names": CONFORMANCE_TESTS}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
                           {"codegen": d.compile.codegen}))
+    outputs.append(Output("tests/conftest.py.j2", "tests/generated/conftest.py", {}))
+    outputs.append(Output("tests/test_adapter.py.j2", f"tests/generated/test_{d.name}_adapter.py",
+                          {"adapter_claims": adapter_contract_claims()}))
     outputs.append(Output("tests/test_distributed.py.j2",
                           f"tests/generated/test_{d.name}_distributed.py",
                           {"collectives": d.collectives,
@@ -564,6 +571,14 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           kernel_sigs=kernel_sigs, registered_ops=registered,
                           skipped_variants=skipped, outputs=outputs, registrations=registrations,
                           conformance_file=conformance_file, conformance_cases=cases)
+
+
+def adapter_contract_claims() -> list[str]:
+    """The claims the glue's runtime-adapter checks run, in order (kChecks of
+    flsdk/static_glue/adapter_contract.cpp): the ids of the generated adapter tests."""
+    text = (Path(__file__).resolve().parent.parent / "static_glue" / "adapter_contract.cpp").read_text()
+    table = text.split("constexpr Check kChecks[] = {", 1)[1].split("};", 1)[0]
+    return re.findall(r'\{"(\w+)",', table)
 
 
 def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: list[Wrapper]) -> dict:
