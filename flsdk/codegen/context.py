@@ -142,6 +142,14 @@ class Wrapper:
     dtype_args: tuple[str, ...] = ()
     falls_back: bool = True
 
+    @property
+    def op_info(self) -> str:
+        """The wrapper's runtime::OpInfo initializer: the op and the kernels it runs, which
+        the glue hands the runtime (runtime::current_op(), runtime_adapter.h) while it runs."""
+        op = self.op if "::" in self.op else "aten::" + self.op
+        kernels = [k.kernel for k in (self.variant_kernel, self.kernel) if k is not None]
+        return f'{{"{op}", "{", ".join(kernels)}"}}'
+
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
     """Names of `Tensor?[]` arguments: the index lists of x[idx] and x[idx] = v.
