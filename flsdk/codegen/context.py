@@ -628,6 +628,7 @@ CONFORMANCE_TESTS = {
     "functional": "test_conformance", "variants": "test_variant_conformance",
     "custom": "test_custom_op_conformance", "random": "test_random_op_statistics",
     "random_variants": "test_random_variant_statistics", "skipped": "test_not_compared",
+    "slow": "test_slow_device", "slow_variants": "test_slow_device_variant",
 }
 
 
@@ -641,11 +642,11 @@ def conformance_tests_of(cases: dict, op: str) -> list[str]:
     (conformance_cases' output): the op's own cases, then its in-place / out
     variants' (which name the functional op in their fourth field), or its skip."""
     tests = []
-    for kind in ("functional", "custom", "random", "variants", "random_variants"):
-        # functional, custom and random cases name their op second; variant cases
+    for kind in ("functional", "custom", "random", "variants", "random_variants", "slow", "slow_variants"):
+        # functional, custom, random and slow cases name their op second; variant cases
         # name the variant second and the functional op fourth
-        at = 3 if kind in ("variants", "random_variants") else 1
-        tests += [f"{CONFORMANCE_TESTS[kind]}[{case[0]}]" for case in cases[kind] if case[at] == op]
+        at = 3 if kind in ("variants", "random_variants", "slow_variants") else 1
+        tests += [f"{CONFORMANCE_TESTS[kind]}[{case[0]}]" for case in cases.get(kind, ()) if case[at] == op]
     if op in cases["skipped"]:
         tests.append(f"{CONFORMANCE_TESTS['skipped']}[{not_compared_id(op)}]")
     return tests
@@ -722,7 +723,18 @@ def conformance_cases(backend: Backend, registered: list[str]):
                                          dtype, tol.atol, tol.rtol))
     return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped,
             "random": random, "random_variants": random_variants,
+            "slow": _first_of_each(functional, 1), "slow_variants": _first_of_each(variants, 2),
             "cpu_reference_dtypes": cpu_reference_dtypes}
+
+
+def _first_of_each(cases: list[tuple], at: int) -> list[tuple]:
+    """The first case of each op (case[at]): the subset the generated tests run again
+    on the slow device, where a kernel that captures by reference or reads a result
+    without waiting for it computes a wrong answer (one case per kernel is enough)."""
+    first: dict[str, tuple] = {}
+    for case in cases:
+        first.setdefault(case[at], case)
+    return list(first.values())
 
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:
