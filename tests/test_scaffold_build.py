@@ -121,9 +121,13 @@ def _fill_relu_and_test(root, tmp_path):
     assert "relu" not in second["fallback"], "a filled kernel must run natively"
     # The backend's generated conformance suite: relu against CPU in its 9 dtypes,
     # its in-place and out= variants, and what stays on the fallback, said so.
+    # autoload on, as for the vendor: the generated distributed tests start ranks that
+    # load the backend through `import torch` (TORCH_FL_BACKEND: this venv has acme too)
+    env = site_env(tmp_path / "site2", TORCH_FL_BACKEND="zeta")
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
                            str(root / "tests" / "generated")], cwd=tmp_path,
-                          env=site_env(tmp_path / "site2"), capture_output=True, text=True, timeout=900)
+                          env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     passed = int(re.search(r"(\d+) passed", proc.stdout).group(1))
     assert passed >= 36, proc.stdout[-2000:]
