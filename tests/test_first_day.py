@@ -339,5 +339,8 @@ def test_8_test_ids_are_stable_per_op_and_k_selects_them(first_day):
     assert any(i.startswith("test_conformance[abs-") for i in after)
     # the documented selection (README, docs/building-acme.md): `-k add.Tensor` is that op's cases
     selected = ids(copy, "-k", "add.Tensor")
-    assert selected and selected == [i for i in after if i.startswith("test_conformance[add.Tensor-")]
+    # (its cases, and the first of them again on the slow device)
+    assert selected and selected == [i for i in after if i.startswith(("test_conformance[add.Tensor-",
+                                                                       "test_slow_device[add.Tensor-"))]
+    assert "test_slow_device[add.Tensor-float32-s0]" in selected
     assert [i for i in after if "[add_.Tensor-" in i] and [i for i in after if "[add.out-" in i]
