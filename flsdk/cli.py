@@ -61,13 +61,19 @@ def cmd_gen(args) -> int:
         print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
     for item in result.skipped_variants:
         print(f"  {'skipped':9} {item}")
+    if result.memory_change:
+        print(f"  {'memory':9} {result.memory_change}")
+    for note in result.adapter_notes:
+        print(f"  {'adapter':9} {note}")
+    for err in result.adapter_errors:
+        print(f"error: {err}", file=sys.stderr)
     n_native = len(result.backend.ops)
     print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
           f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
     for mismatch in result.mismatches:
         print(f"error: {mismatch.message()}", file=sys.stderr)
-    if r.conflicts:
+    if r.conflicts or result.adapter_errors:
         return 1
     if result.mismatches:
         print(f"flsdk gen: {len(result.mismatches)} kernel(s) defined with another signature than "
@@ -167,10 +173,21 @@ def op_locations(root: Path, ops: list[str]) -> dict[str, dict]:
 
 
 def device_only_warnings(root: Path) -> list[str]:
-    """`flsdk check`'s warnings for device-only ops that must be native but are not."""
-    desc = root / "device.yaml"
-    return [f"{desc}: aten::{r['op']} {r['note']}; calling it raises until the backend implements it"
-            for r in op_statuses(root) if r["status"] == "must-be-native"]
+    """`flsdk check`'s warning for the device-only ops that must be native but are not:
+    one line for all of them, grouped by what reaches them (the five ops of
+    nn.SyncBatchNorm were five near-identical lines on every run)."""
+    from flsdk.spec.device_only import DEVICE_ONLY_OPS
+
+    missing = [r["op"] for r in op_statuses(root) if r["status"] == "must-be-native"]
+    if not missing:
+        return []
+    groups: dict[str, list[str]] = {}
+    for op in missing:
+        groups.setdefault(DEVICE_ONLY_OPS[op].reached_by, []).append(f"aten::{op}")
+    listed = "; ".join(f"{by}: {', '.join(ops)}" for by, ops in groups.items())
+    return [f"{root / 'device.yaml'}: {len(missing)} op(s) must be native: no CPU kernel exists "
+            f"({listed}); calling one raises until the backend implements it "
+            "(`flsdk ops --status must-be-native`)"]
 
 
 def cmd_ops(args) -> int:
@@ -337,11 +354,45 @@ def cmd_doctor(args) -> int:
         print(f"backend {root.name}: generated for torch {generated_for}: "
               + ("matches" if same else "DOES NOT MATCH the installed torch: run flsdk gen and rebuild"))
         problems += 0 if same else 1
+        print(f"backend {root.name}: {_memory_model_line(root)}")
+        stale = _installed_build_line(root)
+        if stale:
+            print(f"backend {root.name}: {stale}")
+            problems += 1
     from torch_fl import commands  # the runtime's half: installed backends, versions
 
     problems += commands.doctor()
     print("doctor: " + ("all good" if not problems else f"{problems} problem(s)"))
     return 1 if problems else 0
+
+
+def _installed_build_line(root: Path) -> str | None:
+    """The problem of the installed build against the sources at `root` (older than
+    them, or not installed), or None when it is their build."""
+    from torch_fl.commands import installed_build_problem
+
+    from flsdk.spec import SpecError, SpecErrors, load_device
+
+    try:
+        name = load_device(root / "device.yaml").name
+    except (SpecError, SpecErrors):
+        return None  # memory model line already says the device.yaml does not load
+    problem = installed_build_problem(f"torch_fl_{name}", str(root))
+    return f"INSTALLED BUILD IS STALE: {problem}" if problem else None
+
+
+def _memory_model_line(root: Path) -> str:
+    """What device.yaml's memory.model says, as doctor prints it (the loader's
+    errors are `flsdk check`'s to report)."""
+    from flsdk.spec import SpecError, SpecErrors, load_device
+
+    try:
+        desc = load_device(root / "device.yaml")
+    except (SpecError, SpecErrors) as exc:
+        return f"memory model unknown: device.yaml does not load ({str(exc).splitlines()[0]}; see flsdk check)"
+    meaning = {"host": "host code may read device memory",
+               "discrete": "host code cannot read device memory"}[desc.memory_model]
+    return f"memory model {desc.memory_model} ({meaning}; device.yaml memory.model)"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from flsdk import __version__
+from flsdk.spec.adapter_versions import shipped
 
 MAX_NAME = 32
 
@@ -62,8 +63,11 @@ def render_backend(name: str, out: Path, display_name: str | None = None,
     src_root = template_dir()
     defaults = json.loads((src_root / "cookiecutter.json").read_text())
     env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    # the adapter headers' versions a fresh backend's adapters are written for
+    versions = {key: "%d.%d" % head.version for key, head in shipped().items()}
     context = {"name": name, "torch_version": torch.__version__.split("+")[0],
-               "flsdk_version": __version__, "memory_model": memory_model}
+               "flsdk_version": __version__, "memory_model": memory_model,
+               "runtime_adapter_version": versions["runtime"], "ccl_adapter_version": versions["ccl"]}
     context["display_name"] = display_name or env.from_string(defaults["display_name"]).render(
         cookiecutter=context)
     project = src_root / "{{cookiecutter.name}}"

@@ -13,13 +13,18 @@ def zeta_first_build(tmp_path_factory):
     """A freshly scaffolded backend `zeta` with the discrete memory model (its
     device addresses are never readable by the host), built once per session
     (minutes on two cores): (root, site) where `site` holds the extracted wheel of
-    the untouched scaffold. Tests may change `root` afterwards (and rebuild
-    elsewhere); `site` stays. (test_first_day builds the default, host-memory one.)"""
+    the untouched scaffold. A test that changes `root` puts it back when it is done:
+    the backend refuses a build older than its sources (build_record.py), and other
+    tests load `site`. Beside `site`: build.log (the build's verbose output) and
+    progress.log (its progress lines). (test_first_day builds the default,
+    host-memory one.)"""
     base = tmp_path_factory.mktemp("scaffold")
     root = base / "zeta"
     flsdk("new-backend", "zeta", "--out", str(root), "--memory", "discrete")
     site = base / "site_first"
-    build_into(root, site)
+    # everything the build prints (build.log) and its progress lines (progress.log),
+    # for test_scaffold_build's checks of what a build says
+    build_into(root, site, log=base / "build.log", FLSDK_BUILD_PROGRESS=str(base / "progress.log"))
     return root, site
 
 

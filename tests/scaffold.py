@@ -17,13 +17,17 @@ def flsdk(*args, cwd=None) -> str:
     return proc.stdout
 
 
-def build_into(root: Path, site: Path) -> None:
-    """Build the backend at `root` into a wheel and extract it into `site`."""
+def build_into(root: Path, site: Path, log: Path | None = None, **env: str) -> None:
+    """Build the backend at `root` into a wheel and extract it into `site`. With
+    `log`, the build is verbose (pip -v: everything CMake and the compilers print)
+    and its output is kept there; `env` adds environment variables."""
     wheels = root.parent / "wheels"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v" if log else "-q",
          "-w", str(wheels), str(root)],
-        capture_output=True, text=True, timeout=1500)
+        capture_output=True, text=True, timeout=1500, env=dict(os.environ, **env))
+    if log:
+        log.write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wheel = sorted(wheels.glob("torch_fl_zeta-*.whl"), key=os.path.getmtime)[-1]
     with zipfile.ZipFile(wheel) as zf:

@@ -27,19 +27,28 @@ pytestmark = pytest.mark.build
 CUSTOM_SPEC = custom_spec('["T(4,3)", "T(4,3)"]', '["T(3,4).t()", "T(4,3)", {alpha: 2.0}]', twice=True)
 
 RELU = """\
-// relu on the zeta device, every dtype the device lists (the first kernel of the day).
+// relu on the zeta device, every dtype the device lists (the first kernel of the day):
+// the host part allocates, the device part (queued on the stream) computes.
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
+
+#include "launch.h"
 
 namespace zeta::kernels {
 namespace {
 template <typename T>
 at::Tensor relu_of(const at::Tensor & src) {
   at::Tensor out = at::empty(src.sizes(), src.options());
-  const T* in = src.const_data_ptr<T>();
-  T* result = out.data_ptr<T>();
-  for (int64_t i = 0; i < src.numel(); ++i) result[i] = static_cast<float>(in[i]) > 0.f ? in[i] : T(0);
+  const int device = src.device().index();
+  const int64_t n = src.numel();
+  const void* x = src.const_data_ptr();
+  void* y = out.data_ptr();
+  check_status(runtime::launch(device, launch_stream(device), [x, y, n] {
+    const T* in = runtime::device_ptr<const T>(x);
+    T* result = runtime::device_ptr<T>(y);
+    for (int64_t i = 0; i < n; ++i) result[i] = static_cast<float>(in[i]) > 0.f ? in[i] : T(0);
+  }), "launch");
   return out;
 }
 }  // namespace
@@ -69,6 +78,8 @@ SCALE_ADD = """\
 
 #include <ATen/ops/empty.h>
 
+#include "launch.h"
+
 namespace zeta::kernels {
 
 at::Tensor k_scale_add(const at::Tensor & x, const at::Tensor & y, double alpha) {
@@ -77,11 +88,18 @@ at::Tensor k_scale_add(const at::Tensor & x, const at::Tensor & y, double alpha)
   TORCH_CHECK(x.sizes() == y.sizes(), "zeta: scale_add: shapes differ: ", x.sizes(), " vs ", y.sizes());
   at::Tensor a = x.contiguous(), b = y.contiguous();
   at::Tensor out = at::empty(a.sizes(), a.options());
-  const float* pa = a.const_data_ptr<float>();
+  const int device = a.device().index();
+  const int64_t n = a.numel();
+  const float* pa = a.const_data_ptr<float>();  // device addresses: captured, read on the device
   const float* pb = b.const_data_ptr<float>();
   float* po = out.data_ptr<float>();
   const float s = static_cast<float>(alpha);
-  for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] + s * pb[i];
+  check_status(runtime::launch(device, launch_stream(device), [pa, pb, po, n, s] {
+    const float* va = runtime::device_ptr<const float>(pa);
+    const float* vb = runtime::device_ptr<const float>(pb);
+    float* vo = runtime::device_ptr<float>(po);
+    for (int64_t i = 0; i < n; ++i) vo[i] = va[i] + s * vb[i];
+  }), "launch");
   return out;
 }
 
@@ -321,5 +339,8 @@ def test_8_test_ids_are_stable_per_op_and_k_selects_them(first_day):
     assert any(i.startswith("test_conformance[abs-") for i in after)
     # the documented selection (README, docs/building-acme.md): `-k add.Tensor` is that op's cases
     selected = ids(copy, "-k", "add.Tensor")
-    assert selected and selected == [i for i in after if i.startswith("test_conformance[add.Tensor-")]
+    # (its cases, and the first of them again on the slow device)
+    assert selected and selected == [i for i in after if i.startswith(("test_conformance[add.Tensor-",
+                                                                       "test_slow_device[add.Tensor-"))]
+    assert "test_slow_device[add.Tensor-float32-s0]" in selected
     assert [i for i in after if "[add_.Tensor-" in i] and [i for i in after if "[add.out-" in i]

@@ -288,3 +288,17 @@ def test_a_custom_schema_pytorch_refuses_is_a_spec_error(backend_dir, schema, wo
     assert text.startswith(f"{spec}:5: ops[0].schema: cannot parse schema: "), text
     for word in words:
         assert word in text, text
+
+
+def test_an_inplace_or_out_form_in_native_points_at_its_functional_op(backend_dir):
+    """Issue 36 item 7: `relu_` in native: is relu's in-place form, which relu's spec
+    generates; the error says to list relu (not "add relu_ to an op spec file"). A
+    form the spec does not generate yet says which variant to add."""
+    path = edit_device(backend_dir, "  - op: relu\n", "  - op: relu_\n  - op: add_.Tensor\n  - op: add.out\n")
+    texts = {e.field: str(e) for e in errors_of(backend_dir)}
+    relu = texts["native[1].op"]
+    assert relu.startswith(f"{path}:20: native[1].op: 'relu_' is the in-place form of 'relu'"), relu
+    assert "list 'relu' instead" in relu and "has no op spec" not in relu, relu
+    for field, form, op in (("native[2].op", "in-place", "add.Tensor"), ("native[3].op", "out=", "add.Tensor")):
+        assert f"is the {form} form of '{op}'" in texts[field], texts[field]
+        assert f"list '{op}' instead" in texts[field], texts[field]

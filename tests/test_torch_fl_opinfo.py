@@ -257,3 +257,14 @@ def test_half_precision_ties_and_factories_on_real_opinfos():
     assert rows["sort"]["grad"]["status"] == "pass", rows["sort"]
     assert rows["linspace"]["forward"]["status"] == "pass", rows["linspace"]
     assert rows["linspace"]["forward"]["samples"]["passed_vs_float64"] > 0
+
+
+def test_ops_takes_several_patterns_after_one_flag():
+    """Issue 36 item 6: `flsdk conformance --opinfo --ops relu add sum` names three ops
+    (it was refused: one pattern per flag); the repeated flag still works, and mixes."""
+    from flsdk.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["conformance", "--opinfo", "--ops", "relu", "add", "sum"]).ops == ["relu", "add", "sum"]
+    assert parse(["conformance", "--opinfo", "--ops", "relu", "--ops", "add", "sum"]).ops == ["relu", "add", "sum"]
+    assert parse(["conformance", "--opinfo"]).ops is None

@@ -238,7 +238,8 @@ def doctor() -> int:
     problems = 0
     for report in backend_reports():
         state = "ok" if report["loaded"] else f"BROKEN: {report['error']}"
-        print(f"installed backend {report['name']} ({report['package']}): {state}")
+        print(f"installed backend {report['name']} ({report['package']}, memory model "
+              f"{report['memory_model']}): {state}")
         problems += 0 if report["loaded"] else 1
         shadow = _shadowing_source(report["package"])
         if shadow:
@@ -256,6 +257,25 @@ def doctor() -> int:
             name, fix, _ = INIT_FAILURE_CAUSES[row["cause"]]
             print(f"backend {row['name']} cannot start: {name} ({fix})")
     return problems
+
+
+def installed_build_problem(package: str, root: str) -> str | None:
+    """Why the installed `package` is not the build of the backend sources at `root`
+    (backend_glue/build_record.py), or None; "not installed" when it is not. Finds the
+    installed copy through its distribution's files, so a source folder of the same
+    name on sys.path (the backend root itself) is not taken for it."""
+    import importlib.metadata as md
+
+    from .backend_glue import build_record
+
+    try:
+        dist = md.distribution(package.replace("_", "-"))
+    except md.PackageNotFoundError:
+        return f"{package} is not installed: pip install --no-build-isolation . (in {root})"
+    package_dir = str(dist.locate_file(package))
+    if build_record.read_record(package_dir) is None:
+        return None  # built before builds were recorded
+    return build_record.problem(package_dir, root)
 
 
 def _shadowing_source(package: str) -> str | None:

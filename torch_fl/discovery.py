@@ -18,7 +18,7 @@ __all__ = ["backend_reports", "list_devices", "init_device", "set_default_device
 
 def backend_reports() -> list[dict[str, Any]]:
     """One dict per installed `torch_fl.backends` entry point:
-    {name, package, loaded, error, torch_version (built for), device_count}.
+    {name, package, loaded, error, torch_version (built for), device_count, memory_model}.
 
     Loads each backend (that is how we know it works). Never raises: a broken
     backend is reported with its cause (`flsdk doctor` prints these)."""
@@ -31,6 +31,8 @@ def backend_reports() -> list[dict[str, Any]]:
             "error": None,
             "torch_version": getattr(entry.module, "TORCH_VERSION", None),
             "device_count": 0,
+            # device.yaml memory.model: may host code read device memory (host) or not (discrete)
+            "memory_model": (getattr(entry.module, "DESCRIPTOR", None) or {}).get("memory_model", "host"),
         }
         ok, err = _backends.try_load(entry)
         report["loaded"], report["error"] = ok, err

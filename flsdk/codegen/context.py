@@ -10,8 +10,8 @@ import dataclasses
 import pprint
 import re
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+from dataclasses import dataclass
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
@@ -38,6 +38,7 @@ GENERATED_CPP = (
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
     "op_routes.h", "op_routes.cpp", "profiler.h", "profiler.cpp", "memory_history.h",
     "memory_history.cpp",
+    "adapter_contract.h", "adapter_contract.cpp",
 )
 # The same for every backend: ordinary C++ in flsdk/static_glue/<name>, copied
 # verbatim (the namespace and device facts come from the generated device_config.h),
@@ -52,9 +53,11 @@ STATIC_GLUE = frozenset({
     "python_distributed.h", "python_distributed.cpp", "ipc.h", "ipc.cpp", "ddp_timer.cpp",
     "op_routes.h", "op_routes.cpp", "profiler.h", "profiler.cpp", "memory_history.h",
     "memory_history.cpp",
+    "adapter_contract.h", "adapter_contract.cpp",
 })
-# Build tools copied the same way: the post-link symbol check of sources.cmake.
-STATIC_TOOLS = ("check_symbols.py",)
+# Build tools copied the same way: the post-link symbol check of sources.cmake and
+# the progress lines a build prints on the terminal.
+STATIC_TOOLS = ("check_symbols.py", "build_progress.py")
 # The Python glue, the same for every backend: torch_fl/backend_glue/<name>, copied
 # verbatim into <package>/_generated/backend_glue/ so that the backend runs without
 # torch_fl installed; the generated backend.py and device_module.py call it with the
@@ -62,7 +65,7 @@ STATIC_TOOLS = ("check_symbols.py",)
 BACKEND_GLUE_DIR = "torch_fl/backend_glue"
 BACKEND_GLUE = ("__init__.py", "loader.py", "device_module.py", "device_defaults.py",
                 "distributed.py", "c10d_default_backend.py", "multiprocessing.py", "op_routes.py",
-                "memory.py")
+                "memory.py", "build_record.py")
 
 # Unity groups of the glue (CMake UNITY_BUILD_MODE GROUP, sources.cmake's
 # flsdk_glue_unity_build): the glue files of a group compile as one translation
@@ -78,7 +81,8 @@ GLUE_UNITY_GROUPS = {
     "flsdk_glue_a": ("autocast.cpp", "minimal_ops.cpp", "register_kernels.cpp", "guard.cpp",
                      "allocator.cpp", "runtime_init.cpp", "host_sync.cpp", "op_routes.cpp"),
     "flsdk_glue_b": ("python_module.cpp", "fallback.cpp", "copies.cpp", "fallback_device_only.cpp",
-                     "hooks.cpp", "host_kernels.cpp", "memory_history.cpp"),
+                     "hooks.cpp", "host_kernels.cpp", "memory_history.cpp",
+                     "adapter_contract.cpp"),
     # The c10d process group and device-tensor sharing: they share torch's distributed
     # and Python headers (Backend.hpp pulls in all of ATen), parsed once for the group.
     "flsdk_glue_dist": ("process_group.cpp", "comm_work.cpp", "comm_native.cpp",
@@ -148,6 +152,14 @@ class Wrapper:
     dtypes: tuple[str, ...] = ()
     dtype_args: tuple[str, ...] = ()
     falls_back: bool = True
+
+    @property
+    def op_info(self) -> str:
+        """The wrapper's runtime::OpInfo initializer: the op and the kernels it runs, which
+        the glue hands the runtime (runtime::current_op(), runtime_adapter.h) while it runs."""
+        op = self.op if "::" in self.op else "aten::" + self.op
+        kernels = [k.kernel for k in (self.variant_kernel, self.kernel) if k is not None]
+        return f'{{"{op}", "{", ".join(kernels)}"}}'
 
 
 def _optional_tensor_lists(func: FunctionSchema) -> list[str]:
@@ -599,6 +611,9 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           | {"test_names": CONFORMANCE_TESTS}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
                           {"codegen": d.compile.codegen}))
+    outputs.append(Output("tests/conftest.py.j2", "tests/generated/conftest.py", {}))
+    outputs.append(Output("tests/test_adapter.py.j2", f"tests/generated/test_{d.name}_adapter.py",
+                          {"adapter_claims": adapter_contract_claims()}))
     outputs.append(Output("tests/test_distributed.py.j2",
                           f"tests/generated/test_{d.name}_distributed.py",
                           {"collectives": d.collectives,
@@ -637,6 +652,12 @@ def op_specs_table(backend: Backend, scan: KernelScan, wrappers: list[Wrapper],
         kernel = w.kernel.kernel
         table[registered] = (spec_location(backend, spec), kernel, scan.native.get(kernel, ""))
     return table
+def adapter_contract_claims() -> list[str]:
+    """The claims the glue's runtime-adapter checks run, in order (kChecks of
+    flsdk/static_glue/adapter_contract.cpp): the ids of the generated adapter tests."""
+    text = (Path(__file__).resolve().parent.parent / "static_glue" / "adapter_contract.cpp").read_text()
+    table = text.split("constexpr Check kChecks[] = {", 1)[1].split("};", 1)[0]
+    return re.findall(r'\{"(\w+)",', table)
 
 
 def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: list[Wrapper]) -> dict:
@@ -678,6 +699,7 @@ CONFORMANCE_TESTS = {
     "functional": "test_conformance", "variants": "test_variant_conformance",
     "custom": "test_custom_op_conformance", "random": "test_random_op_statistics",
     "random_variants": "test_random_variant_statistics", "skipped": "test_not_compared",
+    "slow": "test_slow_device", "slow_variants": "test_slow_device_variant",
 }
 
 
@@ -691,11 +713,11 @@ def conformance_tests_of(cases: dict, op: str) -> list[str]:
     (conformance_cases' output): the op's own cases, then its in-place / out
     variants' (which name the functional op in their fourth field), or its skip."""
     tests = []
-    for kind in ("functional", "custom", "random", "variants", "random_variants"):
-        # functional, custom and random cases name their op second; variant cases
+    for kind in ("functional", "custom", "random", "variants", "random_variants", "slow", "slow_variants"):
+        # functional, custom, random and slow cases name their op second; variant cases
         # name the variant second and the functional op fourth
-        at = 3 if kind in ("variants", "random_variants") else 1
-        tests += [f"{CONFORMANCE_TESTS[kind]}[{case[0]}]" for case in cases[kind] if case[at] == op]
+        at = 3 if kind in ("variants", "random_variants", "slow_variants") else 1
+        tests += [f"{CONFORMANCE_TESTS[kind]}[{case[0]}]" for case in cases.get(kind, ()) if case[at] == op]
     if op in cases["skipped"]:
         tests.append(f"{CONFORMANCE_TESTS['skipped']}[{not_compared_id(op)}]")
     return tests
@@ -772,7 +794,18 @@ def conformance_cases(backend: Backend, registered: list[str]):
                                          dtype, tol.atol, tol.rtol))
     return {"functional": functional, "variants": variants, "custom": custom, "skipped": skipped,
             "random": random, "random_variants": random_variants,
+            "slow": _first_of_each(functional, 1), "slow_variants": _first_of_each(variants, 2),
             "cpu_reference_dtypes": cpu_reference_dtypes}
+
+
+def _first_of_each(cases: list[tuple], at: int) -> list[tuple]:
+    """The first case of each op (case[at]): the subset the generated tests run again
+    on the slow device, where a kernel that captures by reference or reads a result
+    without waiting for it computes a wrong answer (one case per kernel is enough)."""
+    first: dict[str, tuple] = {}
+    for case in cases:
+        first.setdefault(case[at], case)
+    return list(first.values())
 
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from flsdk.spec import load_backend
+from flsdk.spec.adapter_versions import check_descriptor
 from flsdk.spec.loader import check_schemas_with_torch
 from flsdk.spec.model import Backend
 
@@ -43,6 +44,9 @@ class GenResult:
     drift: list[str] = field(default_factory=list)            # ops whose schema changed
     mismatches: list = field(default_factory=list)            # kernels defined with another signature
     skipped_variants: list[str] = field(default_factory=list)
+    adapter_notes: list[str] = field(default_factory=list)    # adapter headers newer than the backend's (compatible)
+    adapter_errors: list = field(default_factory=list)        # ... of a new major, or older than the backend's
+    memory_change: str = ""                                   # memory.model since the last gen, said once
     seconds: float = 0.0
 
 
@@ -94,6 +98,32 @@ def _drift(root: Path, backend: Backend, torch_version: str) -> list[str]:
     return changed
 
 
+# What moving between memory models changes, for `flsdk gen` to say once.
+MEMORY_MODEL_CHANGE = {
+    "discrete": ("host code can no longer read device memory: the scaffold's simulated device "
+                 "(runtime/simulator/) keeps it unreadable, so a kernel whose host part reads "
+                 "data_ptr() crashes naming the op; Inductor's C++ kernels are launched as device "
+                 "work (runtime_primitives: host_kernels)"),
+    "host": ("host code may read device memory again: the scaffold's simulated device hands "
+             "out host memory; Inductor's C++ kernels are called directly"),
+}
+
+
+def _memory_change(root: Path, backend: Backend) -> str:
+    """"host -> discrete: ..." when memory.model differs from the last gen's (the lock
+    records it); "" otherwise, and for a lock that predates the record."""
+    try:
+        old = json.loads((root / LOCK_FILE).read_text()).get("memory_model")
+    except (OSError, ValueError):
+        return ""
+    new = backend.descriptor.memory_model
+    if old is None or old == new:
+        return ""
+    return (f"memory.model {old} -> {new}: {MEMORY_MODEL_CHANGE[new]}. Rebuild "
+            "(pip install --no-build-isolation .) and run the tests (pytest tests); "
+            "docs/runtime-adapter.md, \"Moving between memory models\"")
+
+
 def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
              force: bool = False) -> GenResult:
     start = time.perf_counter()
@@ -104,6 +134,8 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     writer = GeneratedWriter(root, dry_run=dry_run or check, force=force)
     result = GenResult(backend=backend, report=writer.report)
     result.drift = _drift(root, backend, torch_version)
+    result.adapter_notes, result.adapter_errors = check_descriptor(backend.descriptor)
+    result.memory_change = _memory_change(root, backend)
 
     # Stubs first: a new stub changes nothing in the build (stub files are not
     # compiled), but the scan below must see every kernel file.
@@ -145,7 +177,7 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
     writer.remove_obsolete("generated", {out.path for out in ctx.outputs})
 
     functions = signatures.native_functions()
-    lock = {"torch_version": torch_version,
+    lock = {"torch_version": torch_version, "memory_model": backend.descriptor.memory_model,
             "schemas": {spec.op: spec.schema if spec.is_custom else str(functions[spec.op].func)
                         for spec in backend.ops}}
     writer.write(LOCK_FILE, json.dumps(lock, indent=1, sort_keys=True) + "\n", generated=False)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from .adapter_versions import check_descriptor
+from .errors import SpecErrors
 from .loader import check_schemas_with_torch, load_backend
 
 
@@ -21,7 +23,10 @@ def check_backend(root: str | Path, canonical: Iterable[str | Path] | None = Non
     backend = load_backend(root, canonical)
     check_schemas_with_torch(backend.all_ops)
     desc = backend.descriptor
-    warnings: list[str] = []
+    # the adapter headers' versions vs the ones the backend's adapters were written for
+    warnings, version_errors = check_descriptor(desc)
+    if version_errors:
+        raise SpecErrors(version_errors)
 
     stems: set[tuple[str, str]] = set()
     for spec in backend.all_ops:

@@ -474,6 +474,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         kernel_launch=data.get("kernel_launch", "inline"),
         runtime_primitives=primitives,
         collectives=data.get("collectives", "staged"),
+        adapter_versions=dict(data.get("adapter_versions") or {}),
     )
     return loaded
 
@@ -603,8 +604,19 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
             elif only_invalid(sel.name):
                 pass
             elif not aten.is_custom(sel.name) and aten.exists(sel.name):
-                errors.add(doc.error(field, f"{sel.name!r} has no op spec",
-                                     "add it to an op spec file (opspec/*.yaml of the backend) first"))
+                variant = _variant_of(sel.name, all_ops)
+                if variant is not None:  # relu_, add.out: generated from their functional op
+                    kind, spec = variant
+                    listed = kind in spec.variants
+                    errors.add(doc.error(
+                        field, f"{sel.name!r} is the {'in-place' if kind == 'inplace' else 'out='} form of "
+                        f"{spec.op!r}, which its op spec ({spec.file}:{spec.line}) "
+                        + ("generates from it (variants: [" + ", ".join(spec.variants) + "])" if listed
+                           else f"can generate (add `{kind}` to its variants)"),
+                        f"list {spec.op!r} instead; {sel.name!r} then comes with it"))
+                else:
+                    errors.add(doc.error(field, f"{sel.name!r} has no op spec",
+                                         "add it to an op spec file (opspec/*.yaml of the backend) first"))
             elif aten.is_custom(sel.name) and not sel.name.startswith("aten::"):
                 # The custom-op counterpart of the hint above: where its spec goes, with
                 # the fields it needs; close names only among the custom ops.
@@ -630,6 +642,18 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
     errors.raise_if_any()
     ops = [spec for spec in all_ops if spec.op in selected]
     return Backend(descriptor=device.descriptor, ops=ops, all_ops=all_ops, root=root, op_dtypes=op_dtypes)
+
+
+def _variant_of(name: str, all_ops: list[OpSpec]) -> tuple[str, OpSpec] | None:
+    """("inplace" | "out", the spec of the functional op) when aten op `name` is the
+    in-place or out= overload of an op with a spec (`relu_` of `relu`), else None."""
+    for spec in all_ops:
+        if spec.is_custom or not aten.exists(spec.op):
+            continue
+        for kind, overload in aten.variant_ops(spec.op).items():
+            if overload == name:
+                return kind, spec
+    return None
 
 
 def _narrow(doc: Document, j: int, sel: NativeSelection, spec: OpSpec, op_dtypes: dict,

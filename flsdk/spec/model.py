@@ -122,6 +122,9 @@ class DeviceDescriptor:
     kernel_launch: str = "inline"    # "inline" (kernels run in the calling thread) | "stream" (they queue)
     runtime_primitives: tuple[str, ...] = ()  # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
     collectives: str = "staged"      # "native" (ccl_adapter.h over the vendor's library) | "staged" (gloo)
+    # adapter key ("runtime", "ccl") -> "MAJOR.MINOR" of the header its adapter was written
+    # for (device.yaml adapter_versions; absent keys: unrecorded, flsdk.spec.adapter_versions)
+    adapter_versions: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (tuples as lists), e.g. for a generated DESCRIPTOR."""

@@ -59,4 +59,19 @@ struct KernelScope {
   KernelScope& operator=(const KernelScope&) = delete;
 };
 
+// Names the op whose wrapper runs on this thread (runtime::current_op(),
+// runtime_adapter.h) until the scope ends, then the outer one again (a kernel
+// calling another op through the dispatcher). `op` has static storage.
+struct CurrentOp {
+  explicit CurrentOp(const runtime::OpInfo* op) : outer_(runtime::t_current_op) {
+    runtime::t_current_op = op;
+  }
+  ~CurrentOp() { runtime::t_current_op = outer_; }
+  CurrentOp(const CurrentOp&) = delete;
+  CurrentOp& operator=(const CurrentOp&) = delete;
+
+ private:
+  const runtime::OpInfo* outer_;
+};
+
 }  // namespace FLSDK_BACKEND_NS

@@ -46,6 +46,13 @@ using runtime::Stream;
 // This header's version, for an adapter written against an older one: a new
 // minor adds optional calls or states behaviour the glue already relied on; a
 // new major changes a declaration or a promise (an adapter must be revisited).
+// As runtime_adapter.h, a source-level API compiled into the backend (no ABI);
+// device.yaml's `adapter_versions: {ccl: "X.Y"}` records the version a backend's
+// adapter was written for, and `flsdk gen` and `flsdk check` print the changes
+// since (listed here, newest first).
+//
+// Changes:
+//   1.0  the first version.
 constexpr int kCclAdapterVersionMajor = 1;
 constexpr int kCclAdapterVersionMinor = 0;
 

@@ -16,7 +16,10 @@
 //   stream, which code written for CUDA relies on;
 // * device to host: a contiguous copy on the device if needed, the bytes to
 //   host memory, and the host waits for them (HostWait::CopyToHost), except a
-//   non_blocking copy into pinned memory, which the user synchronizes;
+//   non_blocking copy into pinned memory, which the user synchronizes. With
+//   runtime_primitives pinned_host the bytes land in a pinned block (the
+//   user's pinned tensor, or a staging block copied on the host into pageable
+//   memory): the runtime's memcpy only ever sees host_alloc's memory;
 // * between devices: contiguous on the source device, a peer copy, then as
 //   within a device on the destination;
 // * fill_ / zero_ (unless the backend's fill_ kernel replaces the glue's):
@@ -115,10 +118,17 @@ at::Tensor host_alias(const at::Tensor& t, void* bytes) {
                        at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
 }
 
-// A host buffer (pageable) holding a copy of t's span, read now (the host waits).
+// Host memory the runtime's memcpy may write: with pinned_host (a DMA engine that
+// reaches registered host memory only) a block of the pinned-memory allocator,
+// which takes it from host_alloc; else pageable memory. Every copy into host
+// memory lands in such a tensor first (runtime_adapter.h's promise).
+at::TensorOptions host_landing(c10::ScalarType dtype) {
+  return at::TensorOptions().dtype(dtype).device(c10::kCPU).pinned_memory(config::kRuntimeHasPinnedHost);
+}
+
+// A host buffer holding a copy of t's span, read now (the host waits).
 at::Tensor read_span(const at::Tensor& t, HostWait why, const char* what) {
-  at::Tensor buffer = at::empty({static_cast<int64_t>(span_bytes(t))},
-                                at::TensorOptions().dtype(at::kByte).device(c10::kCPU));
+  at::Tensor buffer = at::empty({static_cast<int64_t>(span_bytes(t))}, host_landing(at::kByte));
   queue_device_to_host(buffer.data_ptr(), t.const_data_ptr(), span_bytes(t), t.device().index());
   host_wait_stream(t.device().index(), stream_of(t.device().index()), why, what);
   return buffer;
@@ -252,8 +262,11 @@ void device_to_host_copy(const at::Tensor& dst, const at::Tensor& src_in, bool n
   auto device = src_in.device().index();
   at::Tensor src = contiguous_on_device(
       src_in.sizes() == dst.sizes() ? src_in : src_in.expand(dst.sizes()));
-  const bool into_dst = dst.is_contiguous() && dst.scalar_type() == src.scalar_type();
-  if (into_dst && non_blocking && pinned_storage(dst)) {
+  const bool pinned_dst = pinned_storage(dst);
+  // With pinned_host a pageable dst gets the bytes through a pinned block.
+  const bool into_dst = dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
+                        (pinned_dst || !config::kRuntimeHasPinnedHost);
+  if (into_dst && non_blocking && pinned_dst) {
     // The user synchronizes (an event, the stream) before reading dst.
     queue_device_to_host(dst.data_ptr(), src.const_data_ptr(), src.nbytes(), device);
     const auto& data = dst.storage().data_ptr();
@@ -262,10 +275,7 @@ void device_to_host_copy(const at::Tensor& dst, const at::Tensor& src_in, bool n
     host_wait_stream(device, stream_of(device), HostWait::CopyToHost, "a copy to the host");
     return;
   }
-  at::Tensor host = into_dst ? dst
-                             : at::empty(src.sizes(), at::TensorOptions()
-                                                          .dtype(src.scalar_type())
-                                                          .device(c10::kCPU));
+  at::Tensor host = into_dst ? dst : at::empty(src.sizes(), host_landing(src.scalar_type()));
   queue_device_to_host(host.data_ptr(), src.const_data_ptr(), src.nbytes(), device);
   host_wait_stream(device, stream_of(device), HostWait::CopyToHost, "a copy to the host");
   if (!into_dst) const_cast<at::Tensor&>(dst).copy_(host);
@@ -316,8 +326,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
               " elements cannot be converted to Scalar");
   c10::DeviceGuard guard(self.device());
   auto device = self.device().index();
-  at::Tensor host =
-      at::empty({}, at::TensorOptions().dtype(self.scalar_type()).device(c10::kCPU));
+  at::Tensor host = at::empty({}, host_landing(self.scalar_type()));
   queue_device_to_host(host.data_ptr(), self.const_data_ptr(), self.element_size(), device);
   host_wait_stream(device, stream_of(device), HostWait::Item, "Tensor.item()");
   return at::_local_scalar_dense(host);

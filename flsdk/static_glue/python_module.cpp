@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "adapter_contract.h"
 #include "allocator.h"
 #include "backend.h"
 #include "device_config.h"
@@ -200,6 +201,27 @@ PYBIND11_MODULE(_C, m) {
     check_status(runtime::set_option(key.c_str(), value.c_str()), "set_option");
   });
   m.def("runtime_get_option", [](const std::string& key) { return runtime::get_option(key.c_str()); });
+  // The runtime adapter's promises, checked through its own calls on `device`
+  // (adapter_contract.h): [{claim, status ok|fail|skip, detail}]. The generated
+  // tests run it.
+  m.def("_adapter_contract", [](int device) {
+    check_device_index(device);
+    ensure_initialized();
+    std::vector<adapter_contract::Result> results;
+    {
+      py::gil_scoped_release release;  // it waits for the device
+      results = adapter_contract::run(device);
+    }
+    py::list out;
+    for (const auto& r : results) {
+      py::dict d;
+      d["claim"] = r.claim;
+      d["status"] = r.status;
+      d["detail"] = r.detail;
+      out.append(d);
+    }
+    return out;
+  }, py::arg("device") = 0);
   m.def("manual_seed", [](int index, uint64_t seed) {
     auto gen = default_generator(index);
     std::lock_guard<std::mutex> lock(gen.mutex());

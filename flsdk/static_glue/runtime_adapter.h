@@ -17,6 +17,35 @@
 
 namespace FLSDK_BACKEND_NS::runtime {
 
+// ---- Version -------------------------------------------------------------------
+// This header is a source-level API: the adapter is compiled into the backend
+// together with the glue of the flsdk that generated it (never loaded as a
+// binary plugin), so there is no ABI to keep across flsdk releases. The version
+// tells the author of an adapter what to revisit when a newer flsdk regenerates
+// the backend:
+// * a new minor adds optional calls or services of the glue, or states exactly
+//   behaviour the glue already relied on: an adapter written for an older minor
+//   of the same major still builds and keeps working (read what it states);
+// * a new major changes a declaration or a promise: the adapter must be revisited.
+// device.yaml's `adapter_versions: {runtime: "X.Y"}` records the version a
+// backend's adapter was written for; `flsdk gen` and `flsdk check` compare it
+// with this one and print the changes in between (listed here, newest first).
+//
+// Changes:
+//   1.1  copy_strided converts exactly as PyTorch's CPU .to() does (out-of-range
+//        floats to int8/uint8/int16/int32 through int32, float64 and int64 to
+//        float16/bfloat16 through float32); with pinned_host every host pointer
+//        the glue passes to memcpy lies in a block from host_alloc (pageable
+//        memory is bounced through one); device_view is called on the thread
+//        running the launched function; current_op() names the op whose
+//        wrapper runs on this thread (the glue sets it; a runtime may report it);
+//        two optional primitives: ipc (memory and event handles another process
+//        opens: torch.multiprocessing, c10d) and profiling (records of device
+//        work for torch.profiler).
+//   1.0  the interface before versions were recorded.
+constexpr int kRuntimeAdapterVersionMajor = 1;
+constexpr int kRuntimeAdapterVersionMinor = 1;
+
 enum class Status : int {
   Ok = 0,
   OutOfMemory = 1,
@@ -126,8 +155,19 @@ enum class Dtype : int {
 // element type: for every index i (0 <= i[d] < sizes[d]),
 //   dst[sum i[d] * dst_strides[d]] = convert(src[sum i[d] * src_strides[d]])
 // Strides count elements; a source stride may be 0 (a fill is a copy from one
-// element). Source and destination do not overlap. Conversions follow C++'s
-// (float to integer truncates toward zero; to bool: nonzero is true).
+// element). Source and destination do not overlap. convert is PyTorch's CPU
+// .to() (x86-64), every value included:
+// * to bool: nonzero is true (NaN too); from bool: 0 or 1;
+// * integer to integer: two's complement, the low bits kept (200 uint8 -> -56 int8);
+// * to float32 / float64: rounded to nearest even;
+// * to float16 / bfloat16: first to float32 (rounded to nearest even), then
+//   rounded to nearest even (overflow: +-inf, NaN stays NaN). From float64 and
+//   int64 that rounds twice, as the CPU does: 1.0004882812509095 -> 1.0 float16;
+// * floating to int64: truncated toward zero; out of range, inf and NaN give
+//   INT64_MIN;
+// * floating to int32, int16, int8, uint8: truncated toward zero to int32 (out
+//   of range, inf and NaN give INT32_MIN), then narrowed as integer to integer:
+//   3e9 -> int32 INT32_MIN, -> int16 0; 300.7 -> int8 44.
 constexpr int kMaxCopyDims = 16;
 struct StridedCopy {
   void* dst;
@@ -146,8 +186,12 @@ Status copy_strided(const StridedCopy& copy, int device, Stream stream);
 // (device.yaml compile.codegen cpp with memory.model discrete).
 // launch_host_kernel queues fn(arg) on `stream` and returns; fn owns `arg`.
 // While fn runs, device_view(p) gives the address at which that code reaches
-// the bytes at device address p (null if p is not device memory); it is not
-// valid outside such work.
+// the bytes at device address p (null if p is not device memory). The glue,
+// runtime/launch.h and Inductor's kernels call it only on the thread running
+// fn, translating every pointer there before fn spreads work over other threads
+// (OpenMP, a pool), which then use the translated addresses; the views stay
+// valid until fn returns. Outside such work it returns null (a runtime may
+// answer on its own helper threads too, as acme's compute units do).
 Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg);
 void* device_view(const void* device_ptr);
 
@@ -156,8 +200,12 @@ void* device_view(const void* device_ptr);
 // allocator (tensor.pin_memory(), DataLoader(pin_memory=True), and the staging
 // blocks of every copy between host and device) takes its blocks from
 // host_alloc instead of the C heap, caches them, and gives them back with
-// host_free only when no queued copy uses them. `*ptr` must be aligned to at
-// least 64 bytes; return OutOfMemory when the driver has no more to give.
+// host_free only when no queued copy uses them. With pinned_host listed, every
+// host pointer the glue passes to memcpy lies in such a block: a copy to or
+// from pageable memory (.cpu(), .item(), print, a non_blocking copy into a
+// pageable tensor) goes through a staging block, and the host copies between
+// it and the pageable memory. `*ptr` must be aligned to at least 64 bytes;
+// return OutOfMemory when the driver has no more to give.
 Status host_alloc(std::size_t bytes, void** ptr);
 Status host_free(void* ptr);
 
@@ -228,5 +276,20 @@ void profiler_pop_correlation();
 // Appends the records of work that has run since start (or the last flush) to
 // `out` and drops them from the runtime.
 Status profiler_flush(std::vector<Activity>* out);
+// ---- What the glue tells the runtime (since 1.1) -------------------------------
+// The op whose generated wrapper runs on the calling thread, or null: the glue
+// sets it for the whole wrapper (its kernel, or the CPU fallback a call in
+// another dtype takes), a nested op restoring the outer one when it returns;
+// OpInfo objects have static storage, so a runtime may keep the pointer (for
+// work it queues). A runtime may read it to name the op in its own reports:
+// the scaffold's simulated device names it, and the op that queued the work,
+// when host code reads device memory. Nothing to implement: an inline
+// variable, so the runtime needs no link to the glue.
+struct OpInfo {
+  const char* op;      // "aten::relu"
+  const char* kernel;  // "k_relu", or "" (the glue itself)
+};
+inline thread_local const OpInfo* t_current_op = nullptr;
+inline const OpInfo* current_op() { return t_current_op; }
 
 }  // namespace FLSDK_BACKEND_NS::runtime

@@ -5,8 +5,9 @@ module (the object of its `torch_fl.backends` entry point).
 Loading imports the native module `<package>._C` (which registers the device with
 PyTorch), names the device, installs `torch.<name>` (the generated
 `<package>._generated.device_module`) and the tensor/module/storage methods. It
-refuses a torch other than the one the backend was generated and built for, and
-a process where another backend already owns PyTorch's PrivateUse1 slot.
+refuses a torch other than the one the backend was generated and built for, a
+build older than its sources (build_record.py), and a process where another
+backend already owns PyTorch's PrivateUse1 slot.
 
 Nothing here imports torch or the native module before load() runs: torch_fl
 imports every installed backend's `backend` module just to list it.
@@ -19,6 +20,7 @@ import threading
 import time
 import warnings
 
+from . import build_record
 from .device_defaults import install_device_defaults
 from .op_routes import apply_env as apply_env_op_routes
 
@@ -107,6 +109,21 @@ class BackendLoader:
                 f"the backend (pip install --no-build-isolation .)"
             ) from None
 
+    def build_problem(self, root=None):
+        """Why the installed build is not the build of the backend's sources at `root`
+        (default: the folder it was built from, when that is still here), or None: a
+        kernel, generated file or runtime source changed since the build, so the
+        extension would run old code (build_record.py)."""
+        package_dir = os.path.dirname(os.path.abspath(importlib.import_module(self.package).__file__))
+        return build_record.problem(package_dir, root)
+
+    def check_build(self):
+        if os.environ.get(build_record.SKIP_ENV, "") == "1":
+            return
+        problem = self.build_problem()
+        if problem:
+            raise BackendLoadError(f"{problem} ({build_record.SKIP_ENV}=1 loads it anyway)")
+
     def install_compile_fallback(self):
         """device.yaml compile: {codegen: none}: the default torch.compile backend runs
         graphs on this device with aot_eager (torch_fl.compile.no_codegen). Cheap: it
@@ -133,6 +150,7 @@ class BackendLoader:
                     return
                 self.check_torch(torch)
                 self.check_privateuse1_free(torch)
+                self.check_build()
                 native = self.import_native()
                 device_module = importlib.import_module(self.package + "._generated.device_module")
 
@@ -182,8 +200,9 @@ class BackendLoader:
         except Exception as exc:
             if not self._warned:
                 self._warned = True
+                reason = str(self._error or exc).rstrip(".")  # one period, not two
                 warnings.warn(f"the '{self.name}' device backend ({self.package}) was not loaded: "
-                              f"{self._error or exc}. `import torch` works without it; "
+                              f"{reason}. `import torch` works without it; "
                               f"`flsdk doctor` checks the installation.", RuntimeWarning,
                               stacklevel=2)
             return False

@@ -543,8 +543,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: float32)")
     p.add_argument("--grad", action="store_true", help="also compare gradients (phase grad)")
     p.add_argument("--grad-only", action="store_true", help="only the gradient phase")
-    p.add_argument("--ops", action="append", metavar="PATTERN",
-                   help="only OpInfos whose id matches this fnmatch pattern (repeatable)")
+    # nargs + extend: `--ops relu add sum` and `--ops relu --ops add` both name three
+    p.add_argument("--ops", action="extend", nargs="+", metavar="PATTERN",
+                   help="only OpInfos whose id matches one of these fnmatch patterns "
+                        "(several after one flag, or the flag repeated)")
     p.add_argument("--subset", type=int, metavar="N",
                    help="a fast stratified subset: every N-th op of each op family")
     p.add_argument("--op-db", metavar="FILE.py[:NAME]",

@@ -1,443 +1,179 @@
 // Runtime adapter of the {{ cookiecutter.display_name }}: the device-facing
-// calls the generated glue makes (interface: generated/runtime_adapter.h).
+// calls the generated glue makes (interface: generated/runtime_adapter.h,
+// reference: docs/runtime-adapter.md).
 //
-{% if cookiecutter.memory_model == "discrete" %}
-// Scaffolded as a simulated *discrete* device so the backend builds and runs
-// before the chip's runtime is wired in, with the property every discrete
-// accelerator has: host code cannot read device memory. Each device's memory
-// sits behind two address ranges: the device addresses handed to PyTorch,
-// which are never readable (a host dereference crashes at once), and a view
-// only this runtime uses (copies, and work run by launch_host_kernel, which
-// reaches the bytes through device_view). Streams run work in order, before
-// the call returns. Replace each body with a call into your driver.
-{% else %}
-// Scaffolded as a host-memory implementation so the backend builds and runs
-// before the chip's runtime is wired in: "device" memory is host memory with
-// a per-device capacity, copies are memcpy, streams run work in order, before
-// the call returns. Replace each body with a call into your driver.
-{% endif %}
+// Scaffolded over a simulated device (runtime/simulator/), so the backend builds
+// and runs before the chip's runtime is wired in: a strict one, with the
+// memory model device.yaml names (memory.model: discrete makes device memory
+// unreadable by host code), streams that queue their work on worker threads,
+// and a slow-device option ({{ cookiecutter.name | upper }}_SLOW_DEVICE=<microseconds>,
+// or the option slow_device) that holds queued work back. Each call below maps
+// onto one call of the simulator: replace it with the call of your driver, then
+// delete runtime/simulator/ (and its lines in runtime/runtime.cmake).
 #include "runtime_adapter.h"
 
-{% if cookiecutter.memory_model == "discrete" %}
-#include <sys/mman.h>
-
-{% endif %}
-#include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
-#include <vector>
+
+#include "simulator/simulator.h"
 
 namespace {{ cookiecutter.name }}::runtime {
 namespace {
 
-thread_local std::string t_last_error;
-// Set while work queued by launch_host_kernel runs: device_view answers only then.
-thread_local int t_running_device_work = 0;
-
-Status fail(Status status, std::string message) {
-  t_last_error = std::move(message);
-  return status;
-}
-
-{% if cookiecutter.memory_model == "discrete" %}
-// One device's memory: `capacity` bytes at device addresses [device, device +
-// capacity) that are never readable (PROT_NONE), mirrored at [view, view +
-// capacity) where this runtime reads and writes them. Allocation is first fit
-// over offsets with coalescing free ranges.
-class DeviceMemory {
- public:
-  explicit DeviceMemory(std::size_t capacity) : capacity_(capacity) {
-    device_ = reserve(PROT_NONE);
-    view_ = reserve(PROT_READ | PROT_WRITE);
-    if (capacity_) free_[0] = capacity_;
-  }
-  ~DeviceMemory() {
-    if (device_) munmap(device_, capacity_);
-    if (view_) munmap(view_, capacity_);
-  }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-
-  bool ok() const { return capacity_ == 0 || (device_ && view_); }
-  std::size_t capacity() const { return capacity_; }
-  std::size_t used() const { return used_; }
-
-  void* allocate(std::size_t bytes, std::size_t align) {
-    bytes = (bytes + align - 1) / align * align;
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < bytes) continue;
-      const std::size_t offset = it->first, rest = it->second - bytes;
-      free_.erase(it);
-      if (rest) free_[offset + bytes] = rest;
-      used_blocks_[offset] = bytes;
-      used_ += bytes;
-      return device_ + offset;
-    }
-    return nullptr;
-  }
-
-  bool release(void* ptr) {
-    auto it = used_blocks_.find(offset_of(ptr));
-    if (!contains(ptr) || it == used_blocks_.end()) return false;
-    std::size_t offset = it->first, size = it->second;
-    used_blocks_.erase(it);
-    used_ -= size;
-    auto next = free_.lower_bound(offset);
-    if (next != free_.end() && next->first == offset + size) {
-      size += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        offset = prev->first;
-        size += prev->second;
-        free_.erase(prev);
-      }
-    }
-    free_[offset] = size;
-    return true;
-  }
-
-  bool contains(const void* p) const {
-    auto c = static_cast<const char*>(p);
-    return device_ && c >= device_ && c < device_ + capacity_;
-  }
-  // The runtime's view of device address p (which must be inside this memory).
-  char* view(const void* p) const { return view_ + offset_of(p); }
-
- private:
-  char* reserve(int protection) {
-    if (!capacity_) return nullptr;
-    void* m = mmap(nullptr, capacity_, protection, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
-  }
-  std::size_t offset_of(const void* p) const {
-    return static_cast<std::size_t>(static_cast<const char*>(p) - device_);
-  }
-
-  std::size_t capacity_;
-  char* device_ = nullptr;
-  char* view_ = nullptr;
-  std::size_t used_ = 0;
-  std::map<std::size_t, std::size_t> free_;          // offset -> size
-  std::unordered_map<std::size_t, std::size_t> used_blocks_;  // offset -> size
-};
-
-std::mutex g_mutex;
-DeviceConfig g_config{};
-std::vector<std::unique_ptr<DeviceMemory>> g_devices;
-
-Status check_device(int device) {
-  if (device >= 0 && device < static_cast<int>(g_devices.size())) return Status::Ok;
-  return fail(Status::InvalidDevice, "invalid device index " + std::to_string(device) + " (" +
-                                         std::to_string(g_devices.size()) + " devices)");
-}
-
-// The view of a device address of any device, or null.
-char* view_of(const void* p) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto& d : g_devices)
-    if (d->contains(p)) return d->view(p);
-  return nullptr;
-}
-
-// One side of a copy: a device address becomes its view; a host pointer stays.
-Status side(const void* p, bool on_device, const char* role, const char** out) {
-  if (!on_device) {
-    if (view_of(p))
-      return fail(Status::InvalidValue, std::string("memcpy: the ") + role +
-                                            " is device memory but the copy kind says host");
-    *out = static_cast<const char*>(p);
-    return Status::Ok;
-  }
-  const char* v = view_of(p);
-  if (!v) return fail(Status::InvalidValue, std::string("memcpy: the ") + role +
-                                                " is not device memory");
+// An unsigned number of microseconds, or false.
+bool parse_microseconds(const char* text, std::uint64_t* out) {
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (*end != '\0' || text[0] == '-' || v > 10'000'000ULL) return false;
   *out = v;
-  return Status::Ok;
+  return true;
 }
-{% else %}
-struct DeviceState {
-  std::size_t capacity = 0;
-  std::size_t used = 0;
-  std::unordered_map<void*, std::size_t> blocks;
-};
-
-std::mutex g_mutex;
-DeviceConfig g_config{};
-std::vector<DeviceState> g_devices;
-
-Status check_device(int device) {
-  if (device >= 0 && device < static_cast<int>(g_devices.size())) return Status::Ok;
-  return fail(Status::InvalidDevice, "invalid device index " + std::to_string(device) + " (" +
-                                         std::to_string(g_devices.size()) + " devices)");
-}
-{% endif %}
-
-struct HostEvent {
-  std::chrono::steady_clock::time_point time;
-};
 
 }  // namespace
 
-{% if cookiecutter.memory_model == "discrete" %}
+// Runtime version 1.1 of generated/runtime_adapter.h (device.yaml adapter_versions).
+static_assert(kRuntimeAdapterVersionMajor == 1, "runtime_adapter.h changed major version: "
+              "revisit this adapter (flsdk gen printed what changed)");
+
 Status init(const DeviceConfig& config) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_config = config;
-  g_devices.clear();
-  for (int i = 0; i < config.device_count; ++i) {
-    g_devices.push_back(std::make_unique<DeviceMemory>(config.memory_capacity));
-    if (!g_devices.back()->ok())
-      return fail(Status::Error, "cannot reserve " + std::to_string(config.memory_capacity) +
-                                     " bytes of address space for device " + std::to_string(i));
-  }
-  return Status::Ok;
+  std::uint64_t slow_us = 0;
+  const char* slow = std::getenv(sim::kSlowDeviceEnv);
+  if (slow && *slow && !parse_microseconds(slow, &slow_us))
+    return sim::fail(Status::InvalidValue, std::string(sim::kSlowDeviceEnv) + "=" + slow +
+                                               ": expected microseconds, 0..10000000");
+  if (auto s = sim::memory_init(config.device_count, config.memory_capacity,
+                                config.memory_alignment);
+      s != Status::Ok)
+    return s;
+  sim::install_fault_report();
+  return sim::streams_init(slow_us);
 }
 
-int device_count() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int>(g_devices.size());
+int device_count() { return sim::device_count(); }
+
+Status malloc(int device, std::size_t bytes, void** ptr) { return sim::malloc(device, bytes, ptr); }
+Status free(int device, void* ptr) { return sim::free(device, ptr); }
+Status memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
+  return sim::memory_info(device, free_bytes, total_bytes);
 }
 
-Status malloc(int device, std::size_t bytes, void** ptr) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  auto& d = *g_devices[static_cast<std::size_t>(device)];
-  std::size_t align = g_config.memory_alignment ? g_config.memory_alignment : 64;
-  *ptr = d.allocate(bytes, align);
-  if (!*ptr)
-    return fail(Status::OutOfMemory, "requested " + std::to_string(bytes) + " bytes, " +
-                                         std::to_string(d.capacity() - d.used()) + " free of " +
-                                         std::to_string(d.capacity()));
-  return Status::Ok;
-}
-
-Status free(int device, void* ptr) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  if (!g_devices[static_cast<std::size_t>(device)]->release(ptr))
-    return fail(Status::InvalidValue, "free of an unknown pointer");
-  return Status::Ok;
-}
-
-Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int, Stream) {
+// Checked now (the ranges, the kinds), the bytes moved when the stream reaches
+// the copy: host memory must stay valid until then.
+Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int device,
+              Stream stream) {
+  if (auto s = sim::check_device(device); s != Status::Ok) return s;
   if (!bytes) return Status::Ok;
   const bool dst_device = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
   const bool src_device = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
-  const char *d = nullptr, *s = nullptr;
-  if (auto st = side(dst, dst_device, "destination", &d); st != Status::Ok) return st;
-  if (auto st = side(src, src_device, "source", &s); st != Status::Ok) return st;
-  std::memmove(const_cast<char*>(d), s, bytes);
+  char* d = dst_device ? sim::bytes_of(dst, bytes, device, "memcpy: the destination")
+                       : const_cast<char*>(sim::host_side(dst, bytes, "memcpy: the destination"));
+  if (!d) return Status::InvalidValue;
+  const char* s = src_device ? sim::bytes_of(src, bytes, device, "memcpy: the source")
+                             : sim::host_side(src, bytes, "memcpy: the source");
+  if (!s) return Status::InvalidValue;
+  return sim::enqueue(device, stream, "copy", [d, s, bytes] { std::memmove(d, s, bytes); });
+}
+
+// Complete when it returns (the glue waited for both devices' streams).
+Status memcpy_peer(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes) {
+  if (!bytes) return Status::Ok;
+  char* d = sim::bytes_of(dst, bytes, dst_device, "memcpy_peer: the destination");
+  if (!d) return Status::InvalidValue;
+  const char* s = sim::bytes_of(src, bytes, src_device, "memcpy_peer: the source");
+  if (!s) return Status::InvalidValue;
+  std::memmove(d, s, bytes);
   return Status::Ok;
 }
 
-Status memcpy_peer(void* dst, int, const void* src, int, std::size_t bytes) {
-  return memcpy(dst, src, bytes, CopyKind::DeviceToDevice, 0, nullptr);
+Status stream_create(int device, Stream* stream) { return sim::stream_create(device, stream); }
+Status stream_destroy(int device, Stream stream) { return sim::stream_destroy(device, stream); }
+Status stream_synchronize(int device, Stream stream) { return sim::stream_synchronize(device, stream); }
+Status stream_query(int device, Stream stream, bool* idle) { return sim::stream_query(device, stream, idle); }
+Status stream_wait_event(int device, Stream stream, Event event) {
+  return sim::stream_wait_event(device, stream, event);
 }
 
-Status memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  const auto& d = *g_devices[static_cast<std::size_t>(device)];
-  *free_bytes = d.capacity() - d.used();
-  *total_bytes = d.capacity();
-  return Status::Ok;
-}
-{% else %}
-Status init(const DeviceConfig& config) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_config = config;
-  g_devices.assign(static_cast<std::size_t>(config.device_count), DeviceState{});
-  for (auto& d : g_devices) d.capacity = config.memory_capacity;
-  return Status::Ok;
-}
+Status event_create(int device, Event* event) { return sim::event_create(device, event); }
+Status event_destroy(int device, Event event) { return sim::event_destroy(device, event); }
+Status event_record(int device, Event event, Stream stream) { return sim::event_record(device, event, stream); }
+Status event_synchronize(int device, Event event) { return sim::event_synchronize(device, event); }
+Status event_query(int device, Event event, bool* done) { return sim::event_query(device, event, done); }
+Status event_elapsed_ms(Event start, Event end, float* ms) { return sim::event_elapsed_ms(start, end, ms); }
 
-int device_count() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int>(g_devices.size());
-}
+Status device_synchronize(int device) { return sim::device_synchronize(device); }
 
-Status malloc(int device, std::size_t bytes, void** ptr) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  auto& d = g_devices[static_cast<std::size_t>(device)];
-  if (d.used + bytes > d.capacity)
-    return fail(Status::OutOfMemory, "requested " + std::to_string(bytes) + " bytes, " +
-                                         std::to_string(d.capacity - d.used) + " free of " +
-                                         std::to_string(d.capacity));
-  std::size_t align = g_config.memory_alignment ? g_config.memory_alignment : 64;
-  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-  if (!p) return fail(Status::OutOfMemory, "host allocation failed");
-  d.used += bytes;
-  d.blocks[p] = bytes;
-  *ptr = p;
-  return Status::Ok;
-}
-
-Status free(int device, void* ptr) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  auto& d = g_devices[static_cast<std::size_t>(device)];
-  auto it = d.blocks.find(ptr);
-  if (it == d.blocks.end()) return fail(Status::InvalidValue, "free of an unknown pointer");
-  d.used -= it->second;
-  d.blocks.erase(it);
-  std::free(ptr);
-  return Status::Ok;
-}
-
-Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind, int, Stream) {
-  if (bytes) std::memmove(dst, src, bytes);
-  return Status::Ok;
-}
-
-Status memcpy_peer(void* dst, int, const void* src, int, std::size_t bytes) {
-  if (bytes) std::memmove(dst, src, bytes);
-  return Status::Ok;
-}
-
-Status memory_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  const auto& d = g_devices[static_cast<std::size_t>(device)];
-  *free_bytes = d.capacity - d.used;
-  *total_bytes = d.capacity;
-  return Status::Ok;
-}
-{% endif %}
-
-// Work runs synchronously in the caller, so every stream is always idle.
-Status stream_create(int, Stream* stream) {
-  static std::atomic<std::uintptr_t> next{1};
-  *stream = reinterpret_cast<Stream>(next++);
-  return Status::Ok;
-}
-Status stream_destroy(int, Stream) { return Status::Ok; }
-Status stream_synchronize(int, Stream) { return Status::Ok; }
-Status stream_query(int, Stream, bool* idle) {
-  *idle = true;
-  return Status::Ok;
-}
-Status stream_wait_event(int, Stream, Event) { return Status::Ok; }
-
-Status event_create(int, Event* event) {
-  *event = new HostEvent();
-  return Status::Ok;
-}
-Status event_destroy(int, Event event) {
-  delete static_cast<HostEvent*>(event);
-  return Status::Ok;
-}
-Status event_record(int, Event event, Stream) {
-  static_cast<HostEvent*>(event)->time = std::chrono::steady_clock::now();
-  return Status::Ok;
-}
-Status event_synchronize(int, Event) { return Status::Ok; }
-Status event_query(int, Event, bool* done) {
-  *done = true;
-  return Status::Ok;
-}
-Status event_elapsed_ms(Event start, Event end, float* ms) {
-  auto a = static_cast<HostEvent*>(start)->time;
-  auto b = static_cast<HostEvent*>(end)->time;
-  *ms = std::chrono::duration<float, std::milli>(b - a).count();
-  return Status::Ok;
-}
-
-Status device_synchronize(int device) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return check_device(device);
-}
-
+// kernel_launch: stream (device.yaml): kernels queue their work; never called.
 void kernel_begin() {}
 void kernel_end() {}
 
-Status set_option(const char* key, const char*) {
-  return fail(Status::InvalidValue, std::string("unknown runtime option '") + key +
-                                        "' (this runtime has no options)");
+// slow_device: microseconds every piece of queued work waits before it runs.
+Status set_option(const char* key, const char* value) {
+  if (std::strcmp(key, "slow_device") == 0) {
+    std::uint64_t us = 0;
+    if (!parse_microseconds(value, &us))
+      return sim::fail(Status::InvalidValue, std::string("{{ cookiecutter.name }}: option slow_device=") +
+                                                 value + ": expected microseconds, 0..10000000");
+    sim::set_slow_device(us);
+    return Status::Ok;
+  }
+  return sim::fail(Status::InvalidValue, std::string("{{ cookiecutter.name }}: unknown runtime option '") +
+                                             key + "' (this runtime has: slow_device)");
 }
-std::string get_option(const char*) { return ""; }
 
-const char* last_error() { return t_last_error.c_str(); }
+std::string get_option(const char* key) {
+  if (std::strcmp(key, "slow_device") == 0) return std::to_string(sim::slow_device());
+  return "";
+}
+
+const char* last_error() { return sim::last_error(); }
 
 // ---- optional primitives (device.yaml runtime_primitives) --------------------
 
-Status memset(void* dst, int value, std::size_t bytes, int device, Stream) {
-  if (auto s = check_device(device); s != Status::Ok) return s;
-{% if cookiecutter.memory_model == "discrete" %}
-  char* d = view_of(dst);
-  if (!d) return fail(Status::InvalidValue, "memset: not device memory");
-  std::memset(d, value, bytes);
-{% else %}
-  std::memset(dst, value, bytes);
-{% endif %}
-  return Status::Ok;
+Status memset(void* dst, int value, std::size_t bytes, int device, Stream stream) {
+  if (auto s = sim::check_device(device); s != Status::Ok) return s;
+  if (!bytes) return Status::Ok;
+  char* d = sim::bytes_of(dst, bytes, device, "memset: the destination");
+  if (!d) return Status::InvalidValue;
+  return sim::enqueue(device, stream, "fill", [d, value, bytes] { std::memset(d, value, bytes); });
 }
 
-// Same-dtype strided copies only, to show the contract: a dtype change is
-// declined (Unsupported) and the glue stages it through host memory.
-Status copy_strided(const StridedCopy& c, int device, Stream) {
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  if (c.dst_dtype != c.src_dtype) return Status::Unsupported;
-  std::size_t size = 0;
-  switch (c.dst_dtype) {
-    case Dtype::UInt8: case Dtype::Int8: case Dtype::Bool: size = 1; break;
-    case Dtype::Int16: case Dtype::Float16: case Dtype::BFloat16: size = 2; break;
-    case Dtype::Int32: case Dtype::Float32: size = 4; break;
-    case Dtype::Int64: case Dtype::Float64: size = 8; break;
+// Strided copies converting the element type as PyTorch's CPU does
+// (runtime_adapter.h lists the rules; simulator/convert.cpp follows them).
+Status copy_strided(const StridedCopy& c, int device, Stream stream) {
+  if (auto s = sim::check_device(device); s != Status::Ok) return s;
+  if (c.ndim < 0 || c.ndim > kMaxCopyDims)
+    return sim::fail(Status::InvalidValue, "{{ cookiecutter.name }}: copy_strided: ndim " + std::to_string(c.ndim));
+  // The extent each side spans (strides are never negative), checked against its allocation.
+  std::int64_t dst_last = 0, src_last = 0;
+  for (int d = 0; d < c.ndim; ++d) {
+    if (c.sizes[d] == 0) return Status::Ok;
+    dst_last += (c.sizes[d] - 1) * c.dst_strides[d];
+    src_last += (c.sizes[d] - 1) * c.src_strides[d];
   }
-{% if cookiecutter.memory_model == "discrete" %}
-  char* dst = view_of(c.dst);
-  const char* src = view_of(c.src);
-  if (!dst || !src) return fail(Status::InvalidValue, "copy_strided: not device memory");
-{% else %}
-  char* dst = static_cast<char*>(c.dst);
-  const char* src = static_cast<const char*>(c.src);
-{% endif %}
-  std::int64_t index[kMaxCopyDims] = {};
-  std::int64_t total = 1;
-  for (int d = 0; d < c.ndim; ++d) total *= c.sizes[d];
-  for (std::int64_t i = 0; i < total; ++i) {
-    std::int64_t dst_off = 0, src_off = 0;
-    for (int d = 0; d < c.ndim; ++d) {
-      dst_off += index[d] * c.dst_strides[d];
-      src_off += index[d] * c.src_strides[d];
-    }
-    std::memcpy(dst + dst_off * static_cast<std::int64_t>(size),
-                src + src_off * static_cast<std::int64_t>(size), size);
-    for (int d = c.ndim - 1; d >= 0; --d) {  // next index, last dimension fastest
-      if (++index[d] < c.sizes[d]) break;
-      index[d] = 0;
-    }
-  }
-  return Status::Ok;
+  const auto span = [](std::int64_t last, Dtype t) {
+    return static_cast<std::size_t>(last + 1) * sim::element_size(t);
+  };
+  char* d = sim::bytes_of(c.dst, span(dst_last, c.dst_dtype), device, "copy_strided: the destination");
+  if (!d) return Status::InvalidValue;
+  const char* s = sim::bytes_of(c.src, span(src_last, c.src_dtype), device, "copy_strided: the source");
+  if (!s) return Status::InvalidValue;
+  return sim::enqueue(device, stream, "strided copy", [c, d, s] { sim::strided_convert(c, d, s); });
 }
 
-Status launch_host_kernel(int device, Stream, void (*fn)(void*), void* arg) {
-  if (auto s = check_device(device); s != Status::Ok) return s;
-  struct Running {  // device_view answers while fn runs, also if it throws
-    Running() { ++t_running_device_work; }
-    ~Running() { --t_running_device_work; }
-  } running;
-  fn(arg);  // the stream runs work before the call returns
-  return Status::Ok;
+Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg) {
+  if (!fn) return sim::fail(Status::InvalidValue, "{{ cookiecutter.name }}: launch_host_kernel: null function");
+  return sim::enqueue(device, stream, "kernel", [fn, arg] { fn(arg); });
 }
 
+// Device work reaches device memory; host code does not (null).
 void* device_view(const void* device_ptr) {
-  if (t_running_device_work == 0) return nullptr;  // only device work reaches device memory
-{% if cookiecutter.memory_model == "discrete" %}
-  return view_of(device_ptr);
-{% else %}
-  return const_cast<void*>(device_ptr);
-{% endif %}
+  if (!sim::running_work()) return nullptr;
+  return sim::bytes_of(device_ptr, 1, -1, "device_view");
 }
+
+Status host_alloc(std::size_t bytes, void** ptr) { return sim::host_alloc(bytes, ptr); }
+Status host_free(void* ptr) { return sim::host_free(ptr); }
 
 }  // namespace {{ cookiecutter.name }}::runtime

@@ -8,6 +8,12 @@ find_package(Threads REQUIRED)
 
 add_library({{ cookiecutter.name }}_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/adapter.cpp
+  # The simulated device adapter.cpp maps onto until your driver replaces it:
+  # delete these lines with the folder.
+  ${CMAKE_CURRENT_LIST_DIR}/simulator/memory.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/simulator/streams.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/simulator/convert.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/simulator/fault_report.cpp
 )
 set_target_properties({{ cookiecutter.name }}_runtime PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_compile_features({{ cookiecutter.name }}_runtime PUBLIC cxx_std_20)

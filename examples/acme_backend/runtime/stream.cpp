@@ -239,7 +239,8 @@ acmeError_t acmeEventRecord(int device, acmeEvent_t event, acmeStream_t stream) 
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ++ev->recorded;
   }
-  if (!s->push([ev, gen] { ev->reach(gen); }, "event marker")) {
+  // reached once the worker has counted the marker done (stream.h, t_after_completed)
+  if (!s->push([ev, gen] { t_after_completed = [ev, gen] { ev->reach(gen); }; }, "event marker")) {
     ev->reach(gen);  // nobody would complete this record: do not leave waiters hanging
     return destroyed(s);
   }

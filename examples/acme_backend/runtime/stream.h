@@ -37,6 +37,12 @@ void stream_spin_until(Done done) {
   while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
 }
 
+// Set by work that must take effect only once it counts as completed (an event
+// marker: after event_synchronize, stream_query must find the work before the
+// record, the marker included, done, as CUDA's does); the worker runs it right
+// after the count.
+inline thread_local std::function<void()> t_after_completed;
+
 struct acmeStream_st {
   int device = 0;
   uint64_t id = 0;
@@ -138,6 +144,11 @@ struct acmeStream_st {
           else
             ++more_errors;
         }
+      }
+      if (t_after_completed) {
+        auto after = std::move(t_after_completed);
+        t_after_completed = nullptr;
+        after();
       }
       if (wake) cv_done.notify_all();
     }
