@@ -213,7 +213,7 @@ def _launch(world: int, args: list[str], timeout: float) -> list[str]:
                 if p.poll() is None:
                     p.kill()
                     p.communicate()
-    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+    for r, (p, (_out, err)) in enumerate(zip(procs, outs)):
         if p.returncode != 0:
             raise RuntimeError(f"rank {r} failed (exit {p.returncode}):\n{err[-3000:]}")
     return [o for o, _ in outs]

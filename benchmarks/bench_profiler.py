@@ -99,9 +99,8 @@ def measure_tiny_op(calls: int = 2000) -> dict:
     """Host seconds per call of add on 8 elements (bench_acme.py's host time: the
     calls return without waiting for the device), one intra-op thread."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from bench_acme import host_time
+    from torch.profiler import ProfilerActivity, profile
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

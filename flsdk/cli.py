@@ -369,9 +369,8 @@ def cmd_doctor(args) -> int:
 def _installed_build_line(root: Path) -> str | None:
     """The problem of the installed build against the sources at `root` (older than
     them, or not installed), or None when it is their build."""
-    from torch_fl.commands import installed_build_problem
-
     from flsdk.spec import SpecError, SpecErrors, load_device
+    from torch_fl.commands import installed_build_problem
 
     try:
         name = load_device(root / "device.yaml").name

@@ -64,7 +64,7 @@ def render_backend(name: str, out: Path, display_name: str | None = None,
     defaults = json.loads((src_root / "cookiecutter.json").read_text())
     env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     # the adapter headers' versions a fresh backend's adapters are written for
-    versions = {key: "%d.%d" % head.version for key, head in shipped().items()}
+    versions = {key: "{}.{}".format(*head.version) for key, head in shipped().items()}
     context = {"name": name, "torch_version": torch.__version__.split("+")[0],
                "flsdk_version": __version__, "memory_model": memory_model,
                "runtime_adapter_version": versions["runtime"], "ccl_adapter_version": versions["ccl"]}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from required_backend import acme_skip_reason
 from scaffold import build_into, flsdk
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 PACKAGE = "torch_fl_acme"
 REQUIRED_ENV = ("CI", "FLSDK_REQUIRE_ACME")

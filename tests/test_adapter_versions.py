@@ -90,7 +90,8 @@ def test_compare_says_what_changed_and_how_much_it_matters():
 def test_a_fresh_scaffold_records_the_current_versions(scaffold):
     heads = av.shipped()
     text = (scaffold / "device.yaml").read_text()
-    want = 'adapter_versions: {runtime: "%d.%d", ccl: "%d.%d"}' % (*heads["runtime"].version, *heads["ccl"].version)
+    runtime, ccl = heads["runtime"].version, heads["ccl"].version
+    want = f'adapter_versions: {{runtime: "{runtime[0]}.{runtime[1]}", ccl: "{ccl[0]}.{ccl[1]}"}}'
     assert want in text
     check = _run("check", cwd=scaffold)
     assert check.returncode == 0 and "adapter" not in check.stdout, check.stdout + check.stderr

@@ -96,7 +96,8 @@ def test_discrete_memory_slow_device_and_stale_builds_as_a_vendor_meets_them(tmp
     device.write_text(device.read_text().replace("native:\n", "native:\n  - op: abs\n"))
     flsdk("gen", cwd=root)
     (root / "kernels" / "abs.cpp").write_text(
-        relu.replace("relu", "abs").replace("x[i] < scalar_t(0) ? scalar_t(0) : x[i]", "x[i] < scalar_t(0) ? -x[i] : x[i]"))
+        relu.replace("relu", "abs").replace("x[i] < scalar_t(0) ? scalar_t(0) : x[i]",
+                                            "x[i] < scalar_t(0) ? -x[i] : x[i]"))
     flsdk("gen", cwd=root)
     stale = _pytest(root, tmp_path / "site_discrete", "-k", "abs")
     assert stale.returncode == 1 and REBUILD in stale.stdout and "Nothing was tested" in stale.stdout, \

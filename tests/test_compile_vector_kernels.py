@@ -53,6 +53,8 @@ def test_vector_philox_equals_atens_engine_lane_for_lane(tmp_path, bit_width, of
                                  result_load="(std::copy(result, result + TILE, got), 0)")
     assert lines is not None
     lambda_expr = textwrap.indent("\n".join(lines), "        ")
+    # int64 offsets also start past 32 bits, int32 ones just below their limit
+    wide_starts = "0xFFFFFFF8LL, 0x1234567890LL" if offset_type == "int64_t" else "0x7FFFFFE0LL"
     source = f"""
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <immintrin.h>
@@ -69,13 +71,14 @@ static float reference(uint32_t seed, uint32_t offset) {{  // Inductor's normali
 }}
 int main() {{
     const int64_t seeds[] = {{0, 1, 0x7FFFFFFFFFFFFFFFLL, -5, 123456789}};
-    const int64_t starts[] = {{0, 1000, 0x7FFFFFF0LL, {"0xFFFFFFF8LL, 0x1234567890LL" if offset_type == "int64_t" else "0x7FFFFFE0LL"}}};
+    const int64_t starts[] = {{0, 1000, 0x7FFFFFF0LL, {wide_starts}}};
     long checked = 0, wrong = 0;
     for (int64_t seed : seeds) {{
         for (int64_t start : starts) {{
             for (int64_t block = 0; block < 64; block++) {{
                 Offsets offsets;
-                for (int j = 0; j < TILE; j++) offsets.v[j] = static_cast<{offset_type}>(start + block * TILE * 3 + j * 3);
+                for (int j = 0; j < TILE; j++)
+                    offsets.v[j] = static_cast<{offset_type}>(start + block * TILE * 3 + j * 3);
                 float got[TILE];
                 int unused =
 {lambda_expr};

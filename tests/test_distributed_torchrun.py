@@ -22,8 +22,7 @@ import sys
 
 import pytest
 
-from torch_fl.testing.distributed import (SCENARIOS, SCRIPT, check_all_ok, environment,
-                                          free_port, killed_rank, torchrun)
+from torch_fl.testing.distributed import SCENARIOS, SCRIPT, check_all_ok, environment, free_port, killed_rank, torchrun
 
 pytestmark = pytest.mark.usefixtures("acme_backend")
 

@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from custom_op_spec import add_custom_spec, custom_spec
 
 pytestmark = pytest.mark.build
@@ -280,7 +279,8 @@ def test_6_custom_ops_are_tested_against_their_reference_and_skips_say_why(first
     # the reference really is what the kernel is held to: a wrong one fails
     generated = (day.root / "tests" / "generated" / "test_zeta_conformance.py").read_text()
     broken = day.elsewhere / "test_wrong_reference.py"
-    broken.write_text(generated.replace("lambda x, y, alpha=1.0: x + alpha * y", "lambda x, y, alpha=1.0: x - alpha * y"))
+    broken.write_text(generated.replace("lambda x, y, alpha=1.0: x + alpha * y",
+                                        "lambda x, y, alpha=1.0: x - alpha * y"))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(broken),
                            "-k", "scale_add"], cwd=day.elsewhere, env=day.env(TORCH_FL_BACKEND="zeta"),
                           capture_output=True, text=True, timeout=600)

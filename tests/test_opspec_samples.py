@@ -20,7 +20,6 @@ import torch
 import yaml
 
 from flsdk.spec.dtypes import DTYPES
-
 from torch_fl.testing import conformance as conf
 from torch_fl.testing.conformance import compare, default_tolerance, materialize, to_device
 
@@ -54,7 +53,7 @@ ENTRIES = [(fam, e) for fam, doc in SPECS.items() for e in doc["ops"]]
 
 def _cases():
     for fam, e in ENTRIES:
-        for i, sample in enumerate(e.get("samples") or []):
+        for i, _sample in enumerate(e.get("samples") or []):
             for dt in e["dtypes"]:
                 yield pytest.param(fam, e, i, dt, id=f"{e['op']}-s{i}-{dt}")
 
@@ -167,7 +166,7 @@ def test_listed_ops_reach_a_backend_kernel():
 
 
 def test_random_ops_are_marked():
-    for fam, e in ENTRIES:
+    for _fam, e in ENTRIES:
         op = conf.resolve_op(e["op"])
         if torch.Tag.nondeterministic_seeded in op.tags:
             # Random results cannot be compared elementwise with CPU's.
@@ -274,9 +273,9 @@ def test_dsl_positive_and_range():
 
 
 def test_dsl_float32_long_bool_scalar():
-    (f, l, b, s), _ = materialize(["F(2)", "L(3,4;10)", "B(5)", "T()"], "float16")
+    (f, long_, b, s), _ = materialize(["F(2)", "L(3,4;10)", "B(5)", "T()"], "float16")
     assert f.dtype == torch.float32 and f.shape == (2,)
-    assert l.dtype == torch.int64 and l.shape == (3, 4) and l.min() >= 0 and l.max() < 10
+    assert long_.dtype == torch.int64 and long_.shape == (3, 4) and long_.min() >= 0 and long_.max() < 10
     assert b.dtype == torch.bool and b.shape == (5,)
     assert s.dtype == torch.float16 and s.dim() == 0
 
@@ -485,7 +484,7 @@ def test_integer_case_with_a_floating_result_gets_that_dtypes_tolerance():
     """sqrt of an int64 tensor is float32: an integer case without a spec
     tolerance compares integer results exactly, a floating one by float32's
     default (the device may round the last bit otherwise), not bit for bit."""
-    from torch_fl.testing.conformance import _Errors, _case_tolerance, _check
+    from torch_fl.testing.conformance import _case_tolerance, _check, _Errors
 
     assert _case_tolerance(torch.int64, None, None) == (None, None)
     assert _case_tolerance(torch.int64, 0.0, 0.0) == (None, None)   # as generated tests pass it

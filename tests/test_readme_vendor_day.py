@@ -36,7 +36,8 @@ every line as written, in one `bash` with `set -euo pipefail`:
 
 Then: every step exited 0, the backend imports and runs ops on its device (the
 block's own `python -c` line printed its tensor; relu is native and runs),
-nothing warns except what ALLOWED_WARNINGS lists with a reason, and what the README promises exists (the backend repo with its generated
+nothing warns except what ALLOWED_WARNINGS lists with a reason, and what the
+README promises exists (the backend repo with its generated
 files, conformance tests that passed, a manylinux wheel in dist/ whose
 autoload was checked in a fresh venv, the readiness checklist's version record
 torch_fl.lock.json).
@@ -59,7 +60,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## A vendor's day"

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import required_backend
 from required_backend import AcmeUnavailable, acme_skip_reason
 

@@ -113,13 +113,13 @@ def test_scaffold_build_run_then_fill_a_kernel(zeta_first_build, tmp_path):
     # backend refuses once its sources differ (build_record.py).
     stub = (root / "kernels" / "relu.cpp").read_text()
     try:
-        _fill_relu_and_test(root, tmp_path)
+        _fill_relu_and_test(root, tmp_path, first)
     finally:
         (root / "kernels" / "relu.cpp").write_text(stub)
         flsdk("gen", cwd=root)
 
 
-def _fill_relu_and_test(root, tmp_path):
+def _fill_relu_and_test(root, tmp_path, first):
     (root / "kernels" / "relu.cpp").write_text(guide_kernel(root))
     flsdk("gen", cwd=root)
     statuses = json.loads(flsdk("ops", "--format", "json", cwd=root))

@@ -92,7 +92,7 @@ def test_scaffold_profiler_memory_routing_deterministic_sparse(zeta_first_build)
     # profiler: no primitive, so no device events, and a notice exactly once
     assert out["records"] is False
     assert out["device_events"] == [] and out["cpu_ops"], out
-    notices = out["warnings"] + [l for l in proc.stderr.splitlines() if "records no device activity" in l]
+    notices = out["warnings"] + [line for line in proc.stderr.splitlines() if "records no device activity" in line]
     assert len(notices) == 1, (out["warnings"], proc.stderr[-2000:])
     assert "zeta" in notices[0] and "runtime_primitives: profiling" in notices[0]
     assert out["legacy_add_device_us"] > 0

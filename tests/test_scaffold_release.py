@@ -9,11 +9,11 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 from torch_fl import compat

@@ -190,7 +190,8 @@ def test_an_op_entry_narrows_the_dtypes_of_its_kernel(backend_dir):
     assert b.dtypes_for(b.op("add.Tensor")) == ("float32", "float16", "bfloat16", "int64", "int32")
     assert "relu" in [o.op for o in b.ops]
     # with `opspec: all`, an op entry narrows one op of the selection
-    edit_device(backend_dir, "  - opspec: binary\n", "  - opspec: all\n  - {op: add.Tensor, dtypes: [float16, float32]}\n")
+    edit_device(backend_dir, "  - opspec: binary\n",
+                "  - opspec: all\n  - {op: add.Tensor, dtypes: [float16, float32]}\n")
     b = load_backend(backend_dir, CANONICAL)
     assert b.dtypes_for(b.op("add.Tensor")) == ("float32", "float16")  # in the spec's order
     assert b.descriptor.as_dict()["native"][0] == {"kind": "opspec", "name": "all", "line": 19}

@@ -76,7 +76,8 @@ def mutate(text: str, data) -> str:
         if kind == "delete":
             text = text[:pos] + text[pos + data.draw(st.integers(1, 5)):]
         elif kind == "insert":
-            text = text[:pos] + data.draw(st.sampled_from([":", "-", "[", "]", "{", "}", "\n", " ", "'", "&a ", "*a", "!x "])) + text[pos:]
+            pieces = [":", "-", "[", "]", "{", "}", "\n", " ", "'", "&a ", "*a", "!x "]
+            text = text[:pos] + data.draw(st.sampled_from(pieces)) + text[pos:]
         elif kind == "word":
             text = text[:pos] + data.draw(st.sampled_from(WORDS + FIELDS)) + text[pos:]
         elif kind == "dupline":

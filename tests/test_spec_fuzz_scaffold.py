@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from custom_op_spec import add_custom_spec, custom_spec
 
 from flsdk.scaffold import render_backend
 from flsdk.spec import SpecError, load_backend
-
-from custom_op_spec import add_custom_spec, custom_spec
 
 SEED = 20261202
 MUTATIONS = 300

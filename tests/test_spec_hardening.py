@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from custom_op_spec import REFERENCE, add_custom_spec, custom_spec
 
 from flsdk.cli import main as flsdk_main
 from flsdk.scaffold import render_backend
 from flsdk.spec import SpecError, load_backend
 from flsdk.spec.yamlfile import MAX_DEPTH, parse_yaml
-
-from custom_op_spec import REFERENCE, add_custom_spec, custom_spec
 
 
 def _billion_laughs(levels: int = 9, width: int = 10) -> str:

@@ -100,7 +100,8 @@ def test_ambiguous_unit_says_what_to_write():
 
 
 @pytest.mark.parametrize("name,ok", [
-    ("acme", True), ("my_chip", True), ("my_chip2", False), ("qlx7", False), ("cpu", False), ("cuda", False), ("meta", False),
+    ("acme", True), ("my_chip", True), ("my_chip2", False), ("qlx7", False), ("cpu", False), ("cuda", False),
+    ("meta", False),
     ("privateuseone", False), ("Acme", False), ("2chip", False), ("my-chip", False),
     ("class", False), ("namespace", False), ("nn", False), ("torch", False), ("linalg", False),
 ])

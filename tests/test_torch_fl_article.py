@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from ranks import free_port, run_ranks
 
 import torch_fl
-from ranks import free_port, run_ranks
 
 HERE = Path(__file__).resolve()
 # acme, loaded; skipped only when not installed (tests/required_backend.py)
@@ -160,9 +160,9 @@ def test_set_comm_backend_gloo_and_all_reduce_as_in_the_article():
 
 
 def test_set_comm_backend_gloo_keeps_acmeccl():
-    from torch_fl import distributed as fld
-
     import torch.distributed as dist
+
+    from torch_fl import distributed as fld
 
     assert torch_fl.set_comm_backend("gloo") == "gloo"
     assert fld.comm_backend_for("acme") == "gloo"

@@ -10,12 +10,12 @@ import warnings
 
 import pytest
 import torch
+from required_backend import required
 
 import torch_fl
 from torch_fl import _backends
 from torch_fl.ops import privateuse1_route
 from torch_fl.testing.fallback_probe import FALLBACK_PROBE, fallback_probe
-from required_backend import required
 
 
 def _first_device():
@@ -156,8 +156,8 @@ def _with_op_dtypes(monkeypatch):
     """The backend module, with the table of the dtypes its kernels compute. acme
     installed from a tree generated before the table existed gets the one `flsdk gen`
     writes for it now (the generated C++, hence the routes, are the same)."""
-    from pathlib import Path
     import runpy
+    from pathlib import Path
 
     mod = _backends.backend(DEVICE)
     if not hasattr(mod, "op_dtypes"):

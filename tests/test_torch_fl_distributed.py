@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
 from ranks import free_port, run_ranks
 
 HERE = Path(__file__).resolve()

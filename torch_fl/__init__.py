@@ -117,66 +117,66 @@ __all__ = ["__version__", *sorted(_WHERE)]
 if TYPE_CHECKING:
     # What the lazy __getattr__ below resolves, spelled out for IDEs and type
     # checkers; never executed, so importing torch_fl stays cheap.
-    from .discovery import backend_reports as backend_reports
-    from .discovery import list_devices as list_devices
-    from .discovery import init_device as init_device
-    from .discovery import set_default_device as set_default_device
-    from .discovery import device_info as device_info
-    from .ops import get_supported_ops as get_supported_ops
-    from .ops import check_ops as check_ops
-    from .ops import OpsReport as OpsReport
-    from .fallback import set_fallback_mode as set_fallback_mode
-    from .fallback import get_fallback_mode as get_fallback_mode
-    from .fallback import fallback_mode as fallback_mode
-    from .fallback import get_fallback_log as get_fallback_log
-    from .fallback import clear_fallback_log as clear_fallback_log
-    from .fallback import set_fallback_deny_list as set_fallback_deny_list
-    from .fallback import get_fallback_deny_list as get_fallback_deny_list
-    from .fallback import set_fallback_warn as set_fallback_warn
-    from .fallback import fallback_report as fallback_report
-    from .routing import set_op_route as set_op_route
-    from .routing import get_op_routes as get_op_routes
-    from .routing import op_route as op_route
-    from .routing import clear_op_routes as clear_op_routes
-    from .memory import set_memory_config as set_memory_config
-    from .memory import get_memory_config as get_memory_config
-    from .memory import memory_stats as memory_stats
-    from .memory import memory_summary as memory_summary
-    from .memory import empty_cache as empty_cache
-    from .memory import memory_allocated as memory_allocated
-    from .memory import memory_reserved as memory_reserved
-    from .memory import reset_peak_memory_stats as reset_peak_memory_stats
-    from .precision import get_supported_precision as get_supported_precision
-    from .precision import set_auto_mixed_precision as set_auto_mixed_precision
-    from .precision import get_auto_mixed_precision as get_auto_mixed_precision
-    from .precision import grad_scaler as grad_scaler
-    from .precision import compare_precision as compare_precision
-    from .precision import tensor_diff as tensor_diff
-    from .compare import compare_model as compare_model
+    from ._backends import NoBackendError as NoBackendError
+    from .checklist import ReadinessReport as ReadinessReport
+    from .checklist import readiness as readiness
     from .compare import ModelCompareReport as ModelCompareReport
+    from .compare import compare_model as compare_model
+    from .compat import CompatWarning as CompatWarning
+    from .compat import IncompatibleBackendError as IncompatibleBackendError
+    from .compat import check_compat as check_compat
     from .compat import compat_matrix as compat_matrix
     from .compat import compat_report as compat_report
-    from .compat import check_compat as check_compat
-    from .compat import IncompatibleBackendError as IncompatibleBackendError
-    from .compat import CompatWarning as CompatWarning
-    from .distributed import init_distributed as init_distributed
-    from .distributed import set_comm_backend as set_comm_backend
+    from .discovery import backend_reports as backend_reports
+    from .discovery import device_info as device_info
+    from .discovery import init_device as init_device
+    from .discovery import list_devices as list_devices
+    from .discovery import set_default_device as set_default_device
     from .distributed import comm_backend_for as comm_backend_for
+    from .distributed import init_distributed as init_distributed
     from .distributed import register_comm_backend as register_comm_backend
-    from .quantization import calibrate as calibrate
-    from .quantization import mixed_plan as mixed_plan
-    from .quantization import QuantizationNotSupported as QuantizationNotSupported
-    from .graph import set_graph_optimization as set_graph_optimization
-    from .graph import set_op_fusion as set_op_fusion
+    from .distributed import set_comm_backend as set_comm_backend
+    from .fallback import clear_fallback_log as clear_fallback_log
+    from .fallback import fallback_mode as fallback_mode
+    from .fallback import fallback_report as fallback_report
+    from .fallback import get_fallback_deny_list as get_fallback_deny_list
+    from .fallback import get_fallback_log as get_fallback_log
+    from .fallback import get_fallback_mode as get_fallback_mode
+    from .fallback import set_fallback_deny_list as set_fallback_deny_list
+    from .fallback import set_fallback_mode as set_fallback_mode
+    from .fallback import set_fallback_warn as set_fallback_warn
+    from .graph import OptimizedGraph as OptimizedGraph
     from .graph import get_optimized_graph as get_optimized_graph
     from .graph import optimize as optimize
-    from .graph import OptimizedGraph as OptimizedGraph
-    from .checklist import readiness as readiness
-    from .checklist import ReadinessReport as ReadinessReport
+    from .graph import set_graph_optimization as set_graph_optimization
+    from .graph import set_op_fusion as set_op_fusion
+    from .memory import empty_cache as empty_cache
+    from .memory import get_memory_config as get_memory_config
+    from .memory import memory_allocated as memory_allocated
+    from .memory import memory_reserved as memory_reserved
+    from .memory import memory_stats as memory_stats
+    from .memory import memory_summary as memory_summary
+    from .memory import reset_peak_memory_stats as reset_peak_memory_stats
+    from .memory import set_memory_config as set_memory_config
+    from .ops import OpsReport as OpsReport
+    from .ops import check_ops as check_ops
+    from .ops import get_supported_ops as get_supported_ops
+    from .precision import compare_precision as compare_precision
+    from .precision import get_auto_mixed_precision as get_auto_mixed_precision
+    from .precision import get_supported_precision as get_supported_precision
+    from .precision import grad_scaler as grad_scaler
+    from .precision import set_auto_mixed_precision as set_auto_mixed_precision
+    from .precision import tensor_diff as tensor_diff
+    from .quantization import QuantizationNotSupported as QuantizationNotSupported
+    from .quantization import calibrate as calibrate
+    from .quantization import mixed_plan as mixed_plan
+    from .routing import clear_op_routes as clear_op_routes
+    from .routing import get_op_routes as get_op_routes
+    from .routing import op_route as op_route
+    from .routing import set_op_route as set_op_route
+    from .syncs import count_host_syncs as count_host_syncs
     from .syncs import host_syncs as host_syncs
     from .syncs import reset_host_syncs as reset_host_syncs
-    from .syncs import count_host_syncs as count_host_syncs
-    from ._backends import NoBackendError as NoBackendError
 
 
 # submodules reachable as attributes without importing them first

@@ -37,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import _backends
 
@@ -250,7 +251,8 @@ def _measured_step(model, inputs, device, loss_fn, targets) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     stats = memory.memory_stats(device)
     log = fallback.get_fallback_log(device)
-    del dev_model, args, tgt
+    # drop the device copies before the caller measures the next model
+    dev_model = args = tgt = None
     return {"seconds": seconds, "peak_allocated": int(stats.get("allocated_bytes.all.peak", 0)),
             "peak_reserved": int(stats.get("reserved_bytes.all.peak", 0)), "fallback_log": log}
 

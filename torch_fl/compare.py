@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import _backends
 from .precision import TensorDiff, tensor_diff

@@ -15,7 +15,8 @@ loaded); `device` picks it explicitly.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from . import _backends
 

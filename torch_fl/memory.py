@@ -145,8 +145,8 @@ def set_memory_config(device: Any = None, config: dict[str, Any] | None = None) 
     round_size, max_split_size_mb, garbage_collection_threshold, pool_limit_mb
     (see MEMORY_CONFIG_KEYS), or the Torch-FL article's pool_size (bytes ->
     pool_limit_mb), enable_fragmentation_avoid (True -> max_split_size_mb=64,
-    False -> unlimited) and alignment (power of two bytes -> round_size). Unknown keys or bad values raise ValueError before
-    anything changes. The configuration is per backend (all its devices share it).
+    False -> unlimited) and alignment (power of two bytes -> round_size). Unknown keys
+    or bad values raise ValueError before anything changes. The configuration is per backend (all its devices share it).
     `set_memory_config({...})` uses the current device. Returns the new config."""
     if isinstance(device, dict) and config is None:
         device, config = None, device

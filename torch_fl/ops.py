@@ -12,8 +12,9 @@ is registered for the PrivateUse1 key in this process.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import _backends
 
@@ -91,7 +92,7 @@ class SupportedOps(list):
             return self._overload(getattr(packet, overload), short)
         # A base name: supported when any overload is (native ones first, cheap).
         names = [(o, base if o == "default" else f"{base}.{o}") for o in overloads]
-        for o, name in names:
+        for _o, name in names:
             full = name if namespace == "aten" else f"{namespace}::{name}"
             if full in self._registered:
                 return OpSupport(op, True, "native", f"{self.device} has a kernel for {full}")

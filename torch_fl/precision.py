@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import _backends
 
@@ -70,7 +71,7 @@ def get_supported_precision(device: Any = None) -> dict[str, Any]:
 _state = threading.local()  # autocast state is thread-local in PyTorch too
 
 
-def _stack() -> list["AutoMixedPrecision"]:
+def _stack() -> list[AutoMixedPrecision]:
     if not hasattr(_state, "stack"):
         _state.stack = []
     return _state.stack
@@ -105,7 +106,7 @@ class AutoMixedPrecision:
             self._active = False
             self._autocast.__exit__(None, None, None)
 
-    def __enter__(self) -> "AutoMixedPrecision":
+    def __enter__(self) -> AutoMixedPrecision:
         self._scoped = True
         return self
 

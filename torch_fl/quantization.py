@@ -31,8 +31,9 @@ from __future__ import annotations
 import copy
 import math
 import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -61,7 +62,7 @@ MIXED_ADVICE_DROP = 0.01
 
 # The last calibration of each model, so evaluate(model, loader) can find it
 # (the article's calibrate(...); evaluate(...) sequence keeps no handle).
-_last_calibration: "weakref.WeakKeyDictionary[nn.Module, Calibration]" = weakref.WeakKeyDictionary()
+_last_calibration: weakref.WeakKeyDictionary[nn.Module, Calibration] = weakref.WeakKeyDictionary()
 
 # Layers whose weight and input are quantized.
 QUANTIZABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)

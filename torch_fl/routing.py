@@ -18,7 +18,8 @@ without torch_fl too.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from . import _backends
 from .backend_glue import op_routes as _glue

@@ -28,7 +28,8 @@ waits the user did not ask for, as torch.cuda's does.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from . import _backends
 

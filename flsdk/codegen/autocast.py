@@ -55,6 +55,8 @@ from torchgen import local
 from torchgen.api.types import DispatcherSignature
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Type
 
+from flsdk.spec.errors import SpecError
+from flsdk.spec.model import OpSpec
 from torch_fl._tables.autocast import (  # noqa: F401  (re-exported: flsdk's names of them)
     BANNED_MESSAGE,
     CUDA_EXTRAS,
@@ -65,9 +67,6 @@ from torch_fl._tables.autocast import (  # noqa: F401  (re-exported: flsdk's nam
     header_policy,
     parse_header,
 )
-
-from flsdk.spec.errors import SpecError
-from flsdk.spec.model import OpSpec
 
 from . import signatures
 

@@ -10,8 +10,8 @@ import dataclasses
 import pprint
 import re
 import zlib
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchgen.model import BaseTy, BaseType, FunctionSchema, ListType, NativeFunction, OptionalType
 
@@ -21,9 +21,8 @@ from flsdk.spec.dtypes import DTYPES, scalar_type
 from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
-from .glue import GLUE_HOOK_KERNELS, GLUE_KERNELS, GLUE_OPS, GLUE_OVERRIDES
+from .glue import GLUE_HOOK_KERNELS, GLUE_OPS, GLUE_OVERRIDES
 from .kernel_scan import STUB_MARKER, KernelScan
-
 
 # The C++ files of generated/, plus the registration shards (register_shard_count);
 # the .cpp files among them are the glue sources the build compiles, in this order.

@@ -21,7 +21,7 @@ from flsdk.spec.loader import check_schemas_with_torch
 from flsdk.spec.model import Backend
 
 from . import signatures
-from .context import build_context, variant_kernel_names, kernel_name, stub_values
+from .context import build_context, kernel_name, stub_values, variant_kernel_names
 from .kernel_check import find_mismatches
 from .kernel_scan import scan_kernels
 from .writer import GeneratedWriter, WriteReport, atomic_write, with_header

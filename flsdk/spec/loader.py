@@ -24,8 +24,8 @@ from .dtypes import default_tolerance, did_you_mean
 from .errors import ErrorCollector, SpecError, SpecErrors, format_path
 from .model import Backend, CompileConfig, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
-from .reference import REFERENCE_EXPECTED, reference_problem
 from .paths import canonical_opspec_files
+from .reference import REFERENCE_EXPECTED, reference_problem
 from .samples import check_sample, check_sample_arity
 from .schema import validate
 from .sizes import SizeError, parse_size
@@ -332,7 +332,8 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         problem = backend_name_problem(name)
         if problem:
             errors.add(doc.error(("name",), problem,
-                                 "lowercase letters and _ (what torch.device accepts), not a torch device type, torch module or keyword"))
+                                 "lowercase letters and _ (what torch.device accepts), "
+                                 "not a torch device type, torch module or keyword"))
     upper = (name or "").upper()
 
     def size(path: tuple, default: int | None = None) -> int:
@@ -357,7 +358,9 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         max_split_size = None
     else:
         max_split_size = size(("allocator", "max_split_size"))
-    gc = float(alloc.get("garbage_collection_threshold", 0.0)) if ok("allocator", "garbage_collection_threshold") else 0.0
+    gc = 0.0
+    if ok("allocator", "garbage_collection_threshold"):
+        gc = float(alloc.get("garbage_collection_threshold", 0.0))
     if not math.isfinite(gc):
         errors.add(doc.error(("allocator", "garbage_collection_threshold"), f"{gc!r} is not a number",
                              "a number in [0, 1)"))
@@ -403,7 +406,8 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
                 continue  # vendor ops are checked against the backend's specs by load_backend
             if not aten.matches_op_or_base(entry):
                 hint = aten.fallback_suggestions(entry)
-                errors.add(doc.error(("fallback", listname, j), f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
+                errors.add(doc.error(("fallback", listname, j),
+                                     f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
                                      "an op overload (add.Tensor) or base name (add)"))
 
     compile_section = data.get("compile", {"codegen": "none"}) if ok("compile") or "compile" not in data else None
@@ -595,7 +599,8 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
             else:
                 hint = did_you_mean(sel.name, families + ["all"])
                 errors.add(doc.error(field, f"unknown op family {sel.name!r}" + (f"; {hint}" if hint else ""),
-                                     "all, or one of the families: " + (", ".join(families) or "(no op spec files found)")))
+                                     "all, or one of the families: "
+                                     + (", ".join(families) or "(no op spec files found)")))
         else:
             if sel.name in by_name:
                 selected.add(sel.name)

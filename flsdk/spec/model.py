@@ -32,7 +32,8 @@ class OpSpec:
     line: int                        # line of its `- op:` entry
     dtypes: tuple[str, ...]          # as listed (validated names from flsdk.spec.dtypes.DTYPES)
     variants: tuple[str, ...]        # subset of ("inplace", "out"), in the order listed
-    autocast: str                    # "none" (torch's policy) | "fallthrough" | "lower_precision_fp" | "fp32" | "promote"
+    # "none" (torch's policy) | "fallthrough" | "lower_precision_fp" | "fp32" | "promote"
+    autocast: str
     tolerances: dict[str, Tolerance]  # one per dtype in `dtypes` (explicit, else the dtype default)
     samples: tuple[list, ...]        # raw sample DSL lists (positional args, optional trailing kwargs dict)
     skip_conformance: str | None     # reason, or None
@@ -120,7 +121,8 @@ class DeviceDescriptor:
     compute_units_env: str = ""      # env var overriding compute_units ("" = <NAME>_COMPUTE_UNITS)
     memory_model: str = "host"       # "host" (host code can read device memory) | "discrete"
     kernel_launch: str = "inline"    # "inline" (kernels run in the calling thread) | "stream" (they queue)
-    runtime_primitives: tuple[str, ...] = ()  # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
+    # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
+    runtime_primitives: tuple[str, ...] = ()
     collectives: str = "staged"      # "native" (ccl_adapter.h over the vendor's library) | "staged" (gloo)
     # adapter key ("runtime", "ccl") -> "MAJOR.MINOR" of the header its adapter was written
     # for (device.yaml adapter_versions; absent keys: unrecorded, flsdk.spec.adapter_versions)

@@ -23,7 +23,7 @@ from .yamlfile import Document
 SCHEMAS = {"opspec": "opspec.schema.json", "device": "device.schema.json"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_schema(kind: str) -> dict:
     """The parsed JSON Schema `kind` ('opspec' or 'device')."""
     path = schema_dir() / SCHEMAS[kind]
@@ -33,7 +33,7 @@ def load_schema(kind: str) -> dict:
         raise SpecError(str(path), None, "", f"flsdk installation is broken: cannot read schema ({exc})") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(load_schema(kind))
 

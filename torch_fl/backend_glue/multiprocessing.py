@@ -61,9 +61,10 @@ def install(device_type, native_module):
     through the backend's IPC handles. Idempotent."""
     if device_type in _installed:
         return
+    from multiprocessing.reduction import ForkingPickler
+
     import torch
     import torch.multiprocessing  # noqa: F401  (registers torch's reductions first)
-    from multiprocessing.reduction import ForkingPickler
 
     reducers = ForkingPickler._extra_reducers
     name = native_module.__name__

@@ -228,10 +228,9 @@ def _extern_name(op) -> str:
 
 def register(name: str, config: dict, key: str) -> dict:
     """Register device `name` for Inductor's C++ codegen; returns the hook objects."""
+    from .. import _backends
     from . import workarounds
     from .registration import register_with_inductor
-
-    from .. import _backends
 
     discrete = (getattr(_backends.backend(name), "DESCRIPTOR", {}) or {}).get("memory_model") == "discrete"
     if discrete:

@@ -125,8 +125,7 @@ def register_with_inductor(name: str, key: str, *, scheduling: type, wrapper: ty
     """Register `name` with Dynamo (device interface) and Inductor (op overrides,
     scheduling, Python wrapper, refused C++ wrapper, FX wrapper, cache-key pass).
     Returns the hook objects by Inductor's names, and the interface under "interface"."""
-    from torch._inductor.codegen.common import (register_backend_for_device,
-                                                register_device_op_overrides)
+    from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
     from .. import graph as graph_api

@@ -17,7 +17,7 @@ with its own ops handler (`overrides`): that is the only hook used here.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -26,8 +26,13 @@ def kernel_proxy_class(name: str, functions: Iterable[str]):
     """A CppKernelProxy subclass whose vectorized kernels compute `functions` (float32)
     with Sleef's 3.5-ULP versions, draw `rand` a vector at a time and move bool
     vectors through memory with vector instructions."""
-    from torch._inductor.codegen.cpp import (CppKernelProxy, CppTile2DKernel, CppTile2DOverrides,
-                                             CppVecKernel, CppVecOverrides)
+    from torch._inductor.codegen.cpp import (
+        CppKernelProxy,
+        CppTile2DKernel,
+        CppTile2DOverrides,
+        CppVecKernel,
+        CppVecOverrides,
+    )
 
     functions = tuple(functions)
 

@@ -21,8 +21,8 @@ differ between the CPU run and a PrivateUse1 run, and are corrected here:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -114,7 +114,7 @@ class TraceResult:
     def sdpa_overrideable(self) -> tuple[str, ...]:
         return SDPA_OVERRIDEABLE
 
-    def merge(self, other: "TraceResult") -> "TraceResult":
+    def merge(self, other: TraceResult) -> TraceResult:
         for n, d in other.reached.items():
             self.add(n, d, other.arg_dtypes.get(n))
         self.composite |= other.composite

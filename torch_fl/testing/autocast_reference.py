@@ -2,7 +2,8 @@
 
 A flsdk backend's `torch.autocast("<device>")` runs PyTorch's CUDA policy (the
 op lists of torch's autocast_mode.h, read by torch_fl._tables.autocast);
-`torch.autocast("cpu")` runs CPU's own, which differs in what matters for whole models: CPU keeps `cross_entropy_loss` in
+`torch.autocast("cpu")` runs CPU's own, which differs in what matters for whole
+models: CPU keeps `cross_entropy_loss` in
 float32 where CUDA computes the log-probabilities in the low precision
 (cross_entropy passes its input's dtype to log_softmax), CUDA runs
 `layer_norm`, `group_norm`, `softmax`, `exp`, `sum` ... in float32 where CPU
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 from .._tables.autocast import BANNED_MESSAGE, cuda_policies, header_policy
 

@@ -211,13 +211,13 @@ class _Inputs:
     dev_kwargs: dict
 
     @classmethod
-    def of(cls, sample: list, dtype: torch.dtype, device: str | torch.device, seed: int) -> "_Inputs":
+    def of(cls, sample: list, dtype: torch.dtype, device: str | torch.device, seed: int) -> _Inputs:
         args, kwargs = materialize(sample, dtype, "cpu", seed)
         return cls(to_device(args, "cpu"), to_device(kwargs, "cpu"),
                    to_device(args, device), to_device(kwargs, device))
 
     def check_written(self, op: torch._ops.OpOverload, verb: str, atol: float, rtol: float,
-                      errs: "_Errors") -> None:
+                      errs: _Errors) -> None:
         """The arguments `op` wrote on the device must hold what it wrote on CPU."""
         expected = _written_args(op, self.cpu_args, self.cpu_kwargs, verb)
         actual = _written_args(op, self.dev_args, self.dev_kwargs, verb)

@@ -353,8 +353,8 @@ def scenario_fsdp2() -> None:
     """fully_shard per block and at the root (reshard_after_forward both ways), bf16
     MixedPrecisionPolicy, == one CPU process; a distributed checkpoint saved, the
     model changed, loaded back."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(DEVICE_TYPE, (WORLD,))
     data = _batches(3, 8)
@@ -399,8 +399,7 @@ def scenario_tp() -> None:
     parallel (Colwise, Rowwise, SequenceParallel) == the same module on the CPU."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
     mesh = init_device_mesh(DEVICE_TYPE, (WORLD,))
     torch.manual_seed(3)

@@ -38,9 +38,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 __all__ = ["run_opinfo", "OpInfoReport", "compare_baseline", "list_opinfos", "main",
            "STATUSES", "PHASES"]
@@ -343,7 +343,7 @@ class _Worker:
                 how = f"killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        last = next((l for l in reversed(self.stderr_tail) if not l.startswith(" ")), "")
+        last = next((line for line in reversed(self.stderr_tail) if not line.startswith(" ")), "")
         return f"worker {how}" + (f"; last stderr: {last[:200]}" if last else "")
 
     def send(self, job: dict) -> None:

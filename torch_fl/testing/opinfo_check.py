@@ -49,7 +49,8 @@ defaults for the dtype. An op whose OpInfo skips that test with a reason (e.g.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ import gc
 
 import pytest
 
-
 # The option that runs slow tests is defined once, by the flsdk.pytest_slow plugin (see the
 # repository's pyproject.toml).
 
@@ -45,6 +44,7 @@ def no_device_memory_leak():
 def no_fallback():
     """The test runs natively: nothing reaches the CPU fallback."""
     import torch  # noqa: F401  (loads the backend)
+
     import torch_fl_acme._C as native
 
     native.clear_fallback_log()
@@ -59,6 +59,7 @@ def units():
     back to CPU would otherwise change with them: CPU's own results depend on its
     thread count). Restores both afterwards."""
     import torch
+
     import torch_fl_acme._C as native
 
     before_units = native.runtime_get_option("compute_units")
@@ -82,6 +83,7 @@ def each_isa(request):
     (runtime option "isa", runtime/vector_isa.h). A set this CPU lacks is a skip
     that names the CPU's best: its code would die of SIGILL here."""
     import torch  # noqa: F401  (loads the backend)
+
     import torch_fl_acme._C as native
 
     try:

@@ -31,10 +31,9 @@ import sys
 import time
 import warnings
 
-import torch
-
 import real_model_zoo as zoo
 import test_real_models as judge
+import torch
 
 # timm: per module, the first variant whose name has the earliest of these (smallest first)
 _SMALL_NAMES = ["pico", "femto", "atto", "nano", "xxxs", "xxs", "tiny", "xs", "mini", "small",
@@ -128,8 +127,9 @@ def torchvision_cases(names: list[str]):
                 kw["image_size"] = 56 if name == "vit_h_14" else 64  # a multiple of the patch
             if name in ("inception_v3", "googlenet"):
                 kw.update(aux_logits=False, init_weights=True)
-            data = (lambda: zoo._images(size=96)) if name == "inception_v3" else batch
-            build = (lambda name=name, kw=kw: tv.models.get_model(name, **kw))
+            data = (lambda: zoo._images(size=96)) if name == "inception_v3" else batch  # noqa: E731
+            def build(name=name, kw=kw):
+                return tv.models.get_model(name, **kw)
             yield name, "", zoo.Case(f"tv-{name}", "torchvision", build, data, zoo._classify)
 
 

@@ -30,7 +30,7 @@ import copy
 import dataclasses
 import importlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -156,13 +156,13 @@ def _tv_vit():
 
 
 def _tv_swin():
-    from torchvision.models.swin_transformer import SwinTransformer, SwinTransformerBlockV2, PatchMergingV2
+    from torchvision.models.swin_transformer import SwinTransformer
     return SwinTransformer(patch_size=[2, 2], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
                            window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10)
 
 
 def _tv_swin_v2():
-    from torchvision.models.swin_transformer import SwinTransformer, SwinTransformerBlockV2, PatchMergingV2
+    from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformer, SwinTransformerBlockV2
     return SwinTransformer(patch_size=[2, 2], embed_dim=32, depths=[2, 2], num_heads=[2, 4],
                            window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10,
                            block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2)

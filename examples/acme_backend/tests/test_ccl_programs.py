@@ -20,9 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from test_runtime_programs import (CXX, JOBS, _compile, _objects, outcome, passed_tests, run_program,
-                                   runtime_sources)
+from test_runtime_programs import CXX, JOBS, _compile, _objects, outcome, passed_tests, run_program, runtime_sources
 
 ACME = Path(__file__).resolve().parents[1]
 RUNTIME = ACME / "runtime"

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_runtime_programs import build_program, outcome, passed_tests, run_program
 
 EXPECTED = ["every_chunk_once", "exceptions_propagate", "concurrent_and_nested",

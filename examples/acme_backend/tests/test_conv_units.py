@@ -13,8 +13,6 @@ import torch.nn.functional as F
 
 import torch_fl_acme._C as native
 
-
-
 # name: (conv, input shape, weight shape, kwargs); blocks = images per block x count
 CASES = {
     # P=298 columns: 2 images per block, 4 blocks (2, 2, 2, 1)

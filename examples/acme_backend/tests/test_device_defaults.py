@@ -8,8 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
 
-
-
 # OpInfo nn.functional.linear_cross_entropy.chunked_none, bfloat16, sample 56:
 # the target's logit is the largest by far, so the loss is a small difference
 # of two large numbers that bfloat16 accumulation rounds to 0.

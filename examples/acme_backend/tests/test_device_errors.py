@@ -9,7 +9,6 @@ import torch
 import torch_fl_acme._C as native
 from torch_fl.testing.fallback_probe import FALLBACK_PROBE_BASE, fallback_probe
 
-
 # Every test leaves acme's allocated bytes where it found them (conftest.py).
 pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 

@@ -9,7 +9,6 @@ import torch
 
 import torch_fl_acme._C as native
 
-
 # Every test leaves acme's allocated bytes where it found them (conftest.py).
 pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 
@@ -201,7 +200,7 @@ def test_fork_rng_and_checkpoint_use_the_device_module():
     torch.acme.manual_seed(11)
     block(x).backward()
     torch.testing.assert_close(x.grad.cpu(), g1)
-    del lin, x
+    lin = x = None  # free the device memory before the next check
 
 
 # -- torch.accelerator ---------------------------------------------------------

@@ -52,6 +52,7 @@ def test_host_read_of_device_memory_dies_with_sigsegv(where):
 
 def test_the_option_that_opened_device_memory_is_gone():
     import torch  # noqa: F401  (loads the backend)
+
     import torch_fl_acme._C as native
 
     with pytest.raises(RuntimeError, match="never readable by the host"):
@@ -87,7 +88,8 @@ def test_glue_paths_work_on_discrete_memory(slow_us):
         "fallback op": (lambda: torch.special.i0e(d).cpu(), torch.special.i0e(x)),
         "index": (lambda: d[1:3, ::2].cpu(), x[1:3, ::2]),
         "pinned": (lambda: x.pin_memory().to("acme", non_blocking=True).cpu(), x),
-        "column write": (lambda: torch.zeros(4, 6, device="acme").index_fill_(1, torch.tensor([1], device="acme"), 5).cpu(),
+        "column write": (lambda: torch.zeros(4, 6, device="acme")
+                         .index_fill_(1, torch.tensor([1], device="acme"), 5).cpu(),
                          torch.zeros(4, 6).index_fill_(1, torch.tensor([1]), 5)),
     }
     for name, (check, want) in checks.items():
@@ -121,6 +123,7 @@ def test_a_kernel_host_part_that_reads_device_memory_fails_clearly():
     or a silently wrong answer (the path every kernel takes is exercised by the
     rest of the suite; this one reaches the refusal through the runtime)."""
     import torch
+
     import torch_fl_acme._C as native
 
     t = torch.ones(4, device="acme")

@@ -9,8 +9,8 @@ call to the fallback instead.
 
 import pytest
 import torch
-import torch_fl_acme._C as native
 
+import torch_fl_acme._C as native
 from torch_fl.testing.conformance import default_tolerance
 
 pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
@@ -79,7 +79,7 @@ def test_complex_ops_run_on_the_fallback_and_match_cpu(fallback_log):
         "abs/angle": (lambda p: (torch.view_as_complex(p).abs(), torch.view_as_complex(p).angle()), (pairs,)),
         "complex add/mul": (lambda p: torch.view_as_complex(p) * torch.view_as_complex(p) + 1, (pairs,)),
     }
-    for name, (fn, args) in cases.items():
+    for _name, (fn, args) in cases.items():
         expected = fn(*args)
         got = fn(*(a.to("acme") for a in args))
         _close(got, expected)

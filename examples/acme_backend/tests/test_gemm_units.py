@@ -21,7 +21,6 @@ import torch.nn.functional as F
 import torch_fl_acme._C as native
 
 
-
 def _rand(g, shape, dtype, device):
     return torch.randn(shape, generator=g, dtype=dtype).to(device)
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 
-
 class CopyCounter:
     """Counts aten::copy_ calls (the generated path's copy into self) while active."""
 

@@ -10,7 +10,6 @@ still give CPU's answer.
 
 import pytest
 import torch
-
 from test_inplace_kernels import CopyCounter
 
 OPS = {  # op: (operand shapes, call writing into out)

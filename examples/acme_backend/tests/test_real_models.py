@@ -55,12 +55,12 @@ CNN step. The file's default run takes about 3 minutes on 2 cores.
 from __future__ import annotations
 
 import pytest
+import real_model_zoo as zoo
 import torch
 
 import torch_fl
 from torch_fl.testing.autocast_reference import cuda_autocast_policy_on_cpu
 from torch_fl.testing.perturb import perturbed_kernel
-import real_model_zoo as zoo
 
 DEVICE = "acme"
 PRECISIONS = {"float32": None, "bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}

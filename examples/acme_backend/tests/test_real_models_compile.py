@@ -19,10 +19,10 @@ would hide a broken registration. The survey (`python real_model_zoo.py
 from __future__ import annotations
 
 import pytest
-import torch
-
 import real_model_zoo as zoo
 import test_real_models as eager_suite
+import torch
+
 import torch_fl
 
 PRECISIONS = ("float32", "bf16-autocast")

@@ -17,7 +17,6 @@ import torch
 
 import torch_fl_acme._C as native
 
-
 # Every test leaves acme's allocated bytes where it found them (conftest.py).
 pytestmark = pytest.mark.usefixtures("no_device_memory_leak")
 

@@ -7,14 +7,12 @@ names). Each scenario runs in a fresh interpreter: a crash shows up as a
 negative return code, a hang as a timeout.
 """
 
-import gc
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
-import torch
 
 
 def run_child(code, env=None, timeout=180):

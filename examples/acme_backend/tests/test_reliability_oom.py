@@ -7,7 +7,6 @@ the child and prints a marker the parent checks, so a crash (negative return
 code) or a hang (timeout) fails the test too.
 """
 
-import gc
 import os
 import subprocess
 import sys

@@ -7,10 +7,9 @@ the CPU fallback; the generated conformance cases compare the kernels
 themselves, these compare what the user calls."""
 
 import pytest
+import real_model_zoo as zoo
 import torch
 import torch.nn.functional as F
-
-import real_model_zoo as zoo
 
 DEVICE = "acme:0"
 

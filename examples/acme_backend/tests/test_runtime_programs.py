@@ -10,9 +10,9 @@ test_device.cpp (init, options, versions, device loss, errors), test_memory.cpp
 (allocator, copies, device memory the host never reads), test_streams.cpp
 (ordering, the asynchronous default stream, sticky errors, fork, slow device,
 stress), test_events.cpp and test_ipc.cpp (device memory and events shared
-between processes, a forked child's own memory, freed pages, link speed); test_compute_units (test_compute_units_program.py
-runs it) is test_compute_units.cpp. This wrapper compiles them with the
-runtime's sources, runs them and checks that every test reported PASS.
+between processes, a forked child's own memory, freed pages, link speed);
+test_compute_units (test_compute_units_program.py runs it) is test_compute_units.cpp.
+This wrapper compiles them with the runtime's sources, runs them and checks that every test reported PASS.
 """
 from __future__ import annotations
 
