@@ -6,7 +6,7 @@
 //
 // * within a device, same dtype and the same dense layout: runtime memcpy;
 //   otherwise the backend's copy_ kernel (op specs), else the runtime's
-//   copy_strided (device.yaml `runtime:`), else staged through host memory
+//   copy_strided (device.yaml `runtime_primitives:`), else staged through host memory
 //   (the bytes to the host, PyTorch's CPU copy, the bytes back);
 // * host to device: the host converts (dtype, layout) in host memory, the
 //   bytes go through a pinned staging block (not reused before the copy is
