@@ -59,16 +59,20 @@ def cmd_gen(args) -> int:
         print(f"  {'old stub':9} {stub}: its kernel now lives in {real}; the stub can be deleted")
     for item in result.drift:
         print(f"  {'drift':9} {item}  (schema changed since the last gen: check the kernel)")
-    for item in result.skipped_variants:
-        print(f"  {'skipped':9} {item}")
+    if args.verbose:
+        for item in result.skipped_variants:
+            print(f"  {'skipped':9} {item}")
+    elif result.skipped_variants:
+        print(f"  {'skipped':9} {len(result.skipped_variants)} in-place/out variants flsdk cannot derive "
+              "(--verbose lists them; they run on the CPU fallback)")
     if result.memory_change:
         print(f"  {'memory':9} {result.memory_change}")
     for note in result.adapter_notes:
         print(f"  {'adapter':9} {note}")
     for err in result.adapter_errors:
         print(f"error: {err}", file=sys.stderr)
-    n_native = len(result.backend.ops)
-    print(f"flsdk gen: {result.backend.name}: {n_native} native ops selected; {verb} "
+    n_native = result.native_count
+    print(f"flsdk gen: {result.backend_name}: {n_native} native ops selected; {verb} "
           f"{len(r.created)} created, {len(r.updated)} updated, {len(r.unchanged)} unchanged, "
           f"{len(result.stubs_created)} stubs ({result.seconds:.2f} s)")
     for mismatch in result.mismatches:
@@ -422,7 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?")
     p.add_argument("--check", action="store_true", help="exit 1 if generated files are stale")
     p.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    p.add_argument("--force", action="store_true", help="overwrite hand-edited generated files (keeps .bak)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite hand-edited generated files (keeps .bak); regenerate even when up to date")
+    p.add_argument("-v", "--verbose", action="store_true", help="list each in-place/out variant not derived")
     p.set_defaults(func=cmd_gen)
 
     p = sub.add_parser("check", help="validate device.yaml and the op specs")

@@ -71,6 +71,37 @@ def test_second_gen_rewrites_nothing(backend):
     assert {p: p.stat().st_mtime_ns for p in backend.rglob("*") if p.is_file()} == mtimes
 
 
+def test_a_gen_with_nothing_to_do_returns_at_once_and_notices_every_input(backend):
+    """Issue 38: gen with nothing to do runs nothing (gen_state.py), yet any change
+    of what it reads, or of what it wrote, takes the full path again."""
+    first = generate(backend)
+    assert not first.up_to_date
+    again = generate(backend)
+    assert again.up_to_date and again.backend_name == "zeta" and again.native_count == first.native_count
+    assert sorted(again.report.unchanged) == sorted(first.report.created)
+    # a kernel written: the full path, which registers it
+    (backend / "kernels" / "relu.cpp").write_text(KERNEL_BODY)
+    result = generate(backend)
+    assert not result.up_to_date and "m.impl(\"relu\"" in _registration(backend)
+    assert generate(backend).up_to_date
+    # device.yaml edited: the full path
+    device = backend / "device.yaml"
+    device.write_text(device.read_text() + "\n")
+    assert not generate(backend).up_to_date
+    # a generated file edited by hand: the full path, which refuses to overwrite it
+    sources = backend / "generated" / "sources.cmake"
+    sources.write_text(sources.read_text() + "# mine\n")
+    result = generate(backend)
+    assert not result.up_to_date and result.report.conflicts == ["generated/sources.cmake"]
+    # a generated file deleted: the full path writes it back
+    result = generate(backend, force=True)
+    (backend / "generated" / "copies.cpp").unlink()
+    result = generate(backend)
+    assert not result.up_to_date and result.report.created == ["generated/copies.cpp"]
+    # --force always runs
+    assert not generate(backend, force=True).up_to_date
+
+
 def test_every_generated_file_says_so(backend):
     generate(backend)
     for path in (backend / "generated").glob("*.[ch]*"):

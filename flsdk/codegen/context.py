@@ -605,9 +605,13 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                        static_dir=BACKEND_GLUE_DIR) for name in BACKEND_GLUE]
     cases = conformance_cases(backend, native)
     conformance_file = f"tests/generated/test_{d.name}_conformance.py"
+    rendered = {f"{kind}_py": one_per_line(value) for kind, value in cases.items()
+                if kind not in ("slow", "slow_variants")}
+    # the slow-device subset names its cases by id (they are cases of the lists above)
+    rendered |= {f"{kind}_ids_py": wrapped_set([case[0] for case in cases[kind]])
+                 for kind in ("slow", "slow_variants")}
     outputs.append(Output("tests/test_conformance.py.j2", conformance_file,
-                          {f"{kind}_py": pprint.pformat(value, width=100) for kind, value in cases.items()}
-                          | {"test_names": CONFORMANCE_TESTS}))
+                          rendered | {"test_names": CONFORMANCE_TESTS}))
     outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
                           {"codegen": d.compile.codegen}))
     outputs.append(Output("tests/conftest.py.j2", "tests/generated/conftest.py", {}))
@@ -795,6 +799,32 @@ def conformance_cases(backend: Backend, registered: list[str]):
             "random": random, "random_variants": random_variants,
             "slow": _first_of_each(functional, 1), "slow_variants": _first_of_each(variants, 2),
             "cpu_reference_dtypes": cpu_reference_dtypes}
+
+
+def one_per_line(value: list | dict) -> str:
+    """A list or dict as a Python literal with one element per line: a generated
+    test file of 10,000 cases stays 10,000 lines long and diffs one case per line
+    (pprint spreads a long case over several)."""
+    if isinstance(value, dict):
+        items = [f"    {k!r}: {v!r},\n" for k, v in value.items()]
+        return "{\n" + "".join(items) + "}" if items else "{}"
+    items = [f"    {v!r},\n" for v in value]
+    return "[\n" + "".join(items) + "]" if items else "[]"
+
+
+def wrapped_set(names: list[str], width: int = 100) -> str:
+    """A set literal of strings, filled to `width` columns per line."""
+    if not names:
+        return "set()"
+    lines, line = [], "   "
+    for name in names:
+        item = f" {name!r},"
+        if len(line) + len(item) > width:
+            lines.append(line)
+            line = "   "
+        line += item
+    lines.append(line)
+    return "{\n" + "\n".join(lines) + "\n}"
 
 
 def _first_of_each(cases: list[tuple], at: int) -> list[tuple]:

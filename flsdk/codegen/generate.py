@@ -3,7 +3,8 @@
 Reads device.yaml and the op specs, scans kernels/, renders the templates and
 writes through GeneratedWriter (atomic, idempotent, hand-edit aware). Also
 records the schemas it generated against in generated/ops.lock.json, so the
-next run after a torch upgrade reports schema drift.
+next run after a torch upgrade reports schema drift. A gen whose inputs and
+outputs are as the last one left them returns at once (gen_state.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from flsdk.spec.adapter_versions import check_descriptor
 from flsdk.spec.loader import check_schemas_with_torch
 from flsdk.spec.model import Backend
 
-from . import signatures
+from . import gen_state, signatures
 from .context import build_context, kernel_name, stub_values, variant_kernel_names
 from .kernel_check import find_mismatches
 from .kernel_scan import scan_kernels
@@ -36,8 +37,11 @@ LOCK_FILE = "generated/ops.lock.json"
 
 @dataclass
 class GenResult:
-    backend: Backend
+    backend: Backend | None   # None when nothing had to run (gen_state): see backend_name
     report: WriteReport
+    backend_name: str = ""
+    native_count: int = 0     # ops selected native
+    up_to_date: bool = False  # inputs and outputs as the last gen left them: nothing ran
     stubs_created: list[str] = field(default_factory=list)
     orphan_kernels: list[str] = field(default_factory=list)   # kernels whose op left the specs
     superseded_stubs: dict[str, str] = field(default_factory=dict)  # stub file -> real kernel file
@@ -128,11 +132,16 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
              force: bool = False) -> GenResult:
     start = time.perf_counter()
     root = Path(root).resolve()
+    digest = None if force else gen_state.inputs_digest(root)
+    state = gen_state.load(root, digest) if digest else None
+    if state is not None:
+        return _up_to_date(state, start)
     backend = load_backend(root)
     check_schemas_with_torch(backend.all_ops)  # custom schemas as TORCH_LIBRARY will parse them
     torch_version = installed_torch_version()
     writer = GeneratedWriter(root, dry_run=dry_run or check, force=force)
-    result = GenResult(backend=backend, report=writer.report)
+    result = GenResult(backend=backend, report=writer.report, backend_name=backend.name,
+                       native_count=len(backend.ops))
     result.drift = _drift(root, backend, torch_version)
     result.adapter_notes, result.adapter_errors = check_descriptor(backend.descriptor)
     result.memory_change = _memory_change(root, backend)
@@ -181,6 +190,32 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
             "schemas": {spec.op: spec.schema if spec.is_custom else str(functions[spec.op].func)
                         for spec in backend.ops}}
     writer.write(LOCK_FILE, json.dumps(lock, indent=1, sort_keys=True) + "\n", generated=False)
+    _remember(root, result, dry_run=dry_run, check=check)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# What an up-to-date gen repeats from the last full one (what it said once, drift,
+# a memory-model change and new stubs, it does not repeat).
+_REPEATED = ("backend_name", "native_count", "orphan_kernels", "superseded_stubs", "skipped_variants",
+             "adapter_notes")
+
+
+def _remember(root: Path, result: GenResult, *, dry_run: bool, check: bool) -> None:
+    """Record a gen that left the outputs right, for the next one (gen_state)."""
+    r = result.report
+    if dry_run or r.conflicts or result.adapter_errors or result.mismatches or \
+            (check and (r.created or r.updated or r.removed or result.stubs_created)):
+        gen_state.forget(root)
+        return
+    outputs = r.created + r.updated + r.unchanged
+    gen_state.save(root, gen_state.inputs_digest(root), outputs,
+                   {key: getattr(result, key) for key in _REPEATED})
+
+
+def _up_to_date(state: dict, start: float) -> GenResult:
+    result = GenResult(backend=None, report=WriteReport(unchanged=sorted(state["outputs"])),
+                       up_to_date=True, **state["summary"])
     result.seconds = time.perf_counter() - start
     return result
 
