@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from flsdk.codegen.generate import STATIC_GLUE
+from flsdk.codegen.generate import STATIC_GLUE_DIR
 
 CXX = shutil.which("g++") or shutil.which("c++")
 
@@ -74,7 +74,7 @@ def test_undefined_symbol_fails_after_linking(tmp_path):
     lib = tmp_path / "_C.so"
     proc = _run([CXX, "-shared", "-fPIC", str(src), "-o", str(lib)])
     assert proc.returncode == 0, proc.stderr
-    check = _run([sys.executable, str(STATIC_GLUE / "check_symbols.py"), str(lib)])
+    check = _run([sys.executable, str(STATIC_GLUE_DIR / "check_symbols.py"), str(lib)])
     assert check.returncode == 1
     assert "_C.so has an undefined symbol" in check.stderr, check.stderr
     if shutil.which("c++filt"):
@@ -84,5 +84,5 @@ def test_undefined_symbol_fails_after_linking(tmp_path):
     src.write_text("namespace zeta::kernels { int k_relu(const int& self) { return self; } }\n"
                    "int wrapper_relu(int x) { return zeta::kernels::k_relu(x); }\n")
     assert _run([CXX, "-shared", "-fPIC", str(src), "-o", str(lib)]).returncode == 0
-    check = _run([sys.executable, str(STATIC_GLUE / "check_symbols.py"), str(lib)])
+    check = _run([sys.executable, str(STATIC_GLUE_DIR / "check_symbols.py"), str(lib)])
     assert check.returncode == 0, check.stderr

@@ -22,7 +22,7 @@ ACME = REPO / "examples" / "acme_backend"
 
 # --- the glue op list -----------------------------------------------------------
 
-STATIC_GLUE = REPO / "flsdk" / "static_glue"
+STATIC_GLUE_DIR = REPO / "flsdk" / "static_glue"
 GLUE_SOURCES = ("minimal_ops.cpp", "copies.cpp")  # the static glue files that register glue ops
 
 
@@ -30,7 +30,7 @@ def _glue_registrations() -> dict[str, str]:
     """op -> C++ function, of every m.impl in the glue's dense PrivateUse1 blocks."""
     out = {}
     for name in GLUE_SOURCES:
-        block = (STATIC_GLUE / name).read_text().split("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {", 1)[1]
+        block = (STATIC_GLUE_DIR / name).read_text().split("TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {", 1)[1]
         block = block.split("\n}", 1)[0]
         out.update(re.findall(r'm\.impl\("([^"]+)", TORCH_FN\((\w+)\)\)', block))
     return out
@@ -44,7 +44,7 @@ def test_static_glue_registers_exactly_the_glue_list():
 
 def test_the_generated_glue_is_the_static_glue():
     for name in GLUE_SOURCES:
-        assert (STATIC_GLUE / name).read_text() in (ACME / "generated" / name).read_text(), name
+        assert (STATIC_GLUE_DIR / name).read_text() in (ACME / "generated" / name).read_text(), name
 
 
 def test_tracer_and_cli_read_the_glue_list():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flsdk.codegen.context import GENERATED_CPP, STATIC_GLUE, STATIC_TOOLS
-from flsdk.codegen.generate import STATIC_GLUE as STATIC_DIR
+from flsdk.codegen.generate import STATIC_GLUE_DIR as STATIC_DIR
 from flsdk.codegen.generate import TEMPLATES
 from flsdk.codegen.writer import edited_by_hand
 

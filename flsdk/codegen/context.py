@@ -439,14 +439,56 @@ class BackendContext:
         return [f"{self.conformance_file}::{test}" for test in conformance_tests_of(self.conformance_cases, op)]
 
 
+@dataclass
+class _Registrations:
+    """What build_context derives from the specs and the kernel scan, before any output."""
+
+    aten_sigs: dict[str, signatures.KernelSignature]   # spec op -> its kernel's signature
+    kernel_sigs: list[signatures.KernelSignature]      # every kernel a spec names (kernels.h)
+    wrappers: list[Wrapper]                            # aten ops registered, variants included
+    custom_wrappers: list[Wrapper]                     # the backend's own ops
+    skipped: list[str]                                 # what was not registered, and why
+    registered: list[str]                              # registered op names (custom ones qualified)
+    native: list[str]                                  # registered + kernels the glue calls itself
+    custom_schemas: list[str]                          # every custom op's schema (stubs' too: m.def)
+
+
 def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
+    """Everything the templates of `backend` need, built piece by piece: the
+    registrations (wrappers), the values every template sees (device facts, op
+    facts), then the outputs (C++ glue and registration shards, build tools,
+    Python package, generated tests)."""
+    d = backend.descriptor
+    regs = _registrations(backend, scan)
+    values = _device_values(backend, torch_version) | _op_values(backend, scan, regs)
+    outputs, registrations = _cpp_outputs(d.name, regs)
+    values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
+                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
+    values["glue_unity_groups"] = [
+        {"name": name, "files": [f for f in files if f in values["glue_sources"]]}
+        for name, files in GLUE_UNITY_GROUPS.items()]
+    outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
+    outputs += [Output(name, f"generated/{name}", {}, static=True) for name in STATIC_TOOLS]
+    outputs += _python_outputs(values["package"])
+    cases = conformance_cases(backend, regs.native)
+    conformance_file = f"tests/generated/test_{d.name}_conformance.py"
+    outputs += _test_outputs(d, conformance_file, cases)
+    return BackendContext(values=values, wrappers=regs.wrappers, custom_wrappers=regs.custom_wrappers,
+                          custom_schemas=regs.custom_schemas,
+                          kernel_sigs=regs.kernel_sigs, registered_ops=regs.registered,
+                          skipped_variants=regs.skipped, outputs=outputs, registrations=registrations,
+                          conformance_file=conformance_file, conformance_cases=cases)
+
+
+def _registrations(backend: Backend, scan: KernelScan) -> _Registrations:
+    """The wrappers of every op whose kernel is native (its in-place / out variants
+    too), and what is not registered with the reason."""
     d = backend.descriptor
     functions = signatures.native_functions()
     aten_ops = [spec for spec in backend.ops if not spec.is_custom]
     custom_ops = [spec for spec in backend.ops if spec.is_custom]
     aten_sigs = {spec.op: signatures.kernel_signature(functions[spec.op]) for spec in aten_ops}
     custom_sigs = {spec.op: signatures.custom_kernel_signature(spec.schema) for spec in custom_ops}
-    kernel_sigs = list(aten_sigs.values()) + list(custom_sigs.values())
     custom_wrappers = [
         _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema), spec,
                             backend.dtypes_for(spec))
@@ -479,16 +521,21 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             else:
                 wrappers.append(wrapper)
     registered = [w.op for w in wrappers] + [f"{d.name}::{w.op}" for w in custom_wrappers]
-    native_copy = next((spec for spec in aten_ops if spec.op == "copy_"
-                        and scan.status(kernel_name(spec)) == "native"), None)
     # Native ops: the registered ones and the kernels the glue calls itself.
     native = registered + [spec.op for spec in aten_ops if spec.op in GLUE_HOOK_KERNELS
                            and scan.status(kernel_name(spec)) == "native"]
-    # Device-only ops (no CPU kernel) the backend does not implement: the glue
-    # registers their CPU reference or composite, or an error saying they must be native.
-    device_only = {op: info for op, info in DEVICE_ONLY_OPS.items() if op not in registered}
-    specs_by_op = {spec.op: spec for spec in aten_ops}
-    values = {
+    return _Registrations(aten_sigs=aten_sigs, kernel_sigs=list(aten_sigs.values()) + list(custom_sigs.values()),
+                          wrappers=wrappers, custom_wrappers=custom_wrappers, skipped=skipped,
+                          registered=registered, native=native,
+                          custom_schemas=[spec.schema for spec in custom_ops])
+
+
+def _device_values(backend: Backend, torch_version: str) -> dict:
+    """device.yaml's facts as the templates print them (C++ booleans are Python
+    bools, printed by the cpp_bool filter)."""
+    d = backend.descriptor
+    primitives = set(d.runtime_primitives)
+    return {
         "ns": d.name,
         "package": f"torch_fl_{d.name}",
         "display_name": d.display_name,
@@ -502,7 +549,7 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "allocator_env": d.allocator["env"],
         "allocator_defaults": _allocator_defaults(d.allocator),
         "fallback_warn_env": d.fallback.warn_env,
-        "fallback_enabled": "true" if d.fallback.mode == "allow" else "false",
+        "fallback_enabled": d.fallback.mode == "allow",
         "fallback_deny": list(d.fallback.deny),
         "fallback_allow": list(d.fallback.allow),
         "torch_version": torch_version,
@@ -510,9 +557,46 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         "dtype_enums": [scalar_type(t) for t in d.dtypes],
         "dtype_names": [{"enum": info.scalar_type, "name": t} for t, info in DTYPES.items()],
         "amp_dtypes": list(d.amp_dtypes),
+        "memory_model": d.memory_model,
+        "kernel_launch": d.kernel_launch,
+        "kernels_launch_on_streams": d.kernel_launch == "stream",
+        # What a wrapper does between the device guard and the kernel call.
+        "kernel_prologue": [] if d.kernel_launch == "stream" else [
+            "if (common_device.has_value()) wait_for_current_stream(common_device->index());",
+            "KernelScope scope;"],
+        "launch_note": ("kernel_launch: stream: the kernel queues its device work on the current "
+                        "stream itself; the wrapper never waits" if d.kernel_launch == "stream" else
+                        "kernel_launch: inline: the kernel runs in this thread after the work "
+                        "queued on the current stream, bracketed for the runtime"),
+        "runtime_memset": "memset" in primitives,
+        "runtime_copy_strided": "copy_strided" in primitives,
+        "runtime_host_kernels": "host_kernels" in primitives,
+        "runtime_pinned_host": "pinned_host" in primitives,
+        "runtime_ipc": "ipc" in primitives,
+        "runtime_profiling": "profiling" in primitives,
+        "collectives_native": d.collectives == "native",
+        "comm_backend": d.comm_backend or "",
+        "dtype_scalar_types": "".join(f'"{DTYPES[t].scalar_type}", ' for t in d.dtypes),
+        "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
+    }
+
+
+def _op_values(backend: Backend, scan: KernelScan, regs: _Registrations) -> dict:
+    """What the templates need to know about the ops: registered, routable,
+    device-only, autocast, the tables the Python package ships."""
+    aten_ops = [spec for spec in backend.ops if not spec.is_custom]
+    specs_by_op = {spec.op: spec for spec in aten_ops}
+    native, registered = regs.native, regs.registered
+    native_copy = next((spec for spec in aten_ops if spec.op == "copy_"
+                        and scan.status(kernel_name(spec)) == "native"), None)
+    # Device-only ops (no CPU kernel) the backend does not implement: the glue
+    # registers their CPU reference or composite, or an error saying they must be native.
+    device_only = {op: info for op, info in DEVICE_ONLY_OPS.items() if op not in registered}
+    copy_sig = regs.aten_sigs.get("copy_")
+    return {
         "native_ops": native,
         # Native ops whose calls torch_fl.set_op_route may send to the CPU (routable()).
-        "routable_ops": [w.op for w in wrappers if routable(specs_by_op[w.kernel.op])],
+        "routable_ops": [w.op for w in regs.wrappers if routable(specs_by_op[w.kernel.op])],
         # Every device-only op's CPU reference, for calls routed to the CPU.
         "all_cpu_references": [{"op": op, "reference": info.cpu_reference}
                                for op, info in DEVICE_ONLY_OPS.items() if info.cpu_reference],
@@ -523,109 +607,86 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
                           for op, info in device_only.items() if info.composite],
         "must_be_native_ops": [{"op": op, "reached_by": info.reached_by}
                                for op, info in device_only.items() if info.must_be_native],
-        "native_fill": "true" if "fill_.Scalar" in registered else "false",
-        "native_copy": None if native_copy is None else {
-            "schema": aten_sigs["copy_"].schema, "decl": aten_sigs["copy_"].decl,
-            "kernel": aten_sigs["copy_"].kernel,
+        "native_fill": "fill_.Scalar" in registered,
+        "native_copy": None if native_copy is None or copy_sig is None else {
+            "schema": copy_sig.schema, "decl": copy_sig.decl, "kernel": copy_sig.kernel,
             "dtypes": [scalar_type(t) for t in backend.dtypes_for(native_copy)]},
-        "memory_model": d.memory_model,
-        "kernel_launch": d.kernel_launch,
-        "kernels_launch_on_streams": "true" if d.kernel_launch == "stream" else "false",
-        # What a wrapper does between the device guard and the kernel call.
-        "kernel_prologue": [] if d.kernel_launch == "stream" else [
-            "if (common_device.has_value()) wait_for_current_stream(common_device->index());",
-            "KernelScope scope;"],
-        "launch_note": ("kernel_launch: stream: the kernel queues its device work on the current "
-                        "stream itself; the wrapper never waits" if d.kernel_launch == "stream" else
-                        "kernel_launch: inline: the kernel runs in this thread after the work "
-                        "queued on the current stream, bracketed for the runtime"),
-        "runtime_memset": "true" if "memset" in d.runtime_primitives else "false",
-        "runtime_copy_strided": "true" if "copy_strided" in d.runtime_primitives else "false",
-        "runtime_host_kernels": "true" if "host_kernels" in d.runtime_primitives else "false",
-        "runtime_pinned_host": "true" if "pinned_host" in d.runtime_primitives else "false",
-        "runtime_ipc": "true" if "ipc" in d.runtime_primitives else "false",
-        "runtime_profiling": "true" if "profiling" in d.runtime_primitives else "false",
-        "collectives_native": "true" if d.collectives == "native" else "false",
-        "comm_backend": d.comm_backend or "",
-        "dtype_scalar_types": "".join(f'"{DTYPES[t].scalar_type}", ' for t in d.dtypes),
-        "fused_attention": "true" if {
+        "fused_attention": {
             "_scaled_dot_product_fused_attention_overrideable",
-            "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
+            "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered),
         "autocast": autocast.template_values(backend.ops),
         "kernel_sources": scan.compiled_files,
-        "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(native, width=100),
         # one line per op (hundreds of them): greppable, and gen's diffs stay small
         "op_dtypes_lines": [f"{op!r}: {entry!r}," for op, entry in
-                            sorted(op_dtypes_table(backend, wrappers, custom_wrappers).items())],
+                            sorted(op_dtypes_table(backend, regs.wrappers, regs.custom_wrappers).items())],
         "op_specs_lines": [f"{op!r}: {entry!r}," for op, entry in
-                           sorted(op_specs_table(backend, scan, wrappers, custom_wrappers).items())],
+                           sorted(op_specs_table(backend, scan, regs.wrappers, regs.custom_wrappers).items())],
         "device_only_py": pprint.pformat(
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
     }
-    custom_schemas = [spec.schema for spec in custom_ops]
+
+
+def _cpp_outputs(ns: str, regs: _Registrations) -> tuple[list[Output], dict[str, dict[str, str]]]:
+    """The C++ glue (static copies and rendered files) and the registration shards,
+    with where each op's registration ended up (spec op -> {overload: shard path})."""
     extra = {
-        "kernels.h": {"kernels": kernel_sigs,
-                      "variant_kernels": [w.variant_kernel for w in wrappers if w.variant_kernel]},
-        "register_kernels.cpp": {"custom_schemas": custom_schemas},
+        "kernels.h": {"kernels": regs.kernel_sigs,
+                      "variant_kernels": [w.variant_kernel for w in regs.wrappers if w.variant_kernel]},
+        "register_kernels.cpp": {"custom_schemas": regs.custom_schemas},
     }
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
                else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
                for name in GENERATED_CPP]
-    shards = register_shard_count(len(wrappers) + len(custom_wrappers))
+    shards = register_shard_count(len(regs.wrappers) + len(regs.custom_wrappers))
     registrations: dict[str, dict[str, str]] = {}
     for shard in range(shards):
-        mine = [w for w in wrappers if register_shard(w.kernel.op, shards) == shard]
-        mine_custom = [w for w in custom_wrappers if register_shard(w.kernel.op, shards) == shard]
+        mine = [w for w in regs.wrappers if register_shard(w.kernel.op, shards) == shard]
+        mine_custom = [w for w in regs.custom_wrappers if register_shard(w.kernel.op, shards) == shard]
         path = f"generated/register_kernels_{shard}.cpp"
         for w in mine:  # a variant's wrapper calls (and shares the shard of) its functional op
             registrations.setdefault(w.kernel.op, {})[w.op] = path
         for w in mine_custom:
-            registrations.setdefault(f"{d.name}::{w.op}", {})[f"{d.name}::{w.op}"] = path
+            registrations.setdefault(f"{ns}::{w.op}", {})[f"{ns}::{w.op}"] = path
         called = [k for w in mine + mine_custom for k in (w.kernel, w.variant_kernel) if k is not None]
         kernels = list({k.kernel: k for k in called}.values())
         # A shard with nothing to register (a scaffold before its first kernel)
         # includes no header: the dispatcher headers alone cost ~4 s of compile.
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", path,
-                              {"shard": shard, "shards": shards, "empty": not (mine or mine_custom), "wrappers": mine,
-                               "custom_wrappers": mine_custom, "kernels": kernels}))
-    values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
-                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
-    values["glue_unity_groups"] = [
-        {"name": name, "files": [f for f in files if f in values["glue_sources"]]}
-        for name, files in GLUE_UNITY_GROUPS.items()]
-    outputs.append(Output("cmake/sources.cmake.j2", "generated/sources.cmake", {}))
-    outputs += [Output(name, f"generated/{name}", {}, static=True) for name in STATIC_TOOLS]
-    package = values["package"]
-    for template, name in (("init", "__init__"), ("backend", "backend"), ("device_module", "device_module"),
-                           ("op_dtypes", "op_dtypes"), ("op_specs", "op_specs")):
-        outputs.append(Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {}))
-    outputs += [Output(name, f"{package}/_generated/backend_glue/{name}", {}, static=True,
-                       static_dir=BACKEND_GLUE_DIR) for name in BACKEND_GLUE]
-    cases = conformance_cases(backend, native)
-    conformance_file = f"tests/generated/test_{d.name}_conformance.py"
+                              {"shard": shard, "shards": shards, "empty": not (mine or mine_custom),
+                               "wrappers": mine, "custom_wrappers": mine_custom, "kernels": kernels}))
+    return outputs, registrations
+
+
+def _python_outputs(package: str) -> list[Output]:
+    """The backend package's generated modules and its copy of the Python glue."""
+    outputs = [Output(f"python/{template}.py.j2", f"{package}/_generated/{name}.py", {})
+               for template, name in (("init", "__init__"), ("backend", "backend"),
+                                      ("device_module", "device_module"), ("op_dtypes", "op_dtypes"),
+                                      ("op_specs", "op_specs"))]
+    return outputs + [Output(name, f"{package}/_generated/backend_glue/{name}", {}, static=True,
+                             static_dir=BACKEND_GLUE_DIR) for name in BACKEND_GLUE]
+
+
+def _test_outputs(d, conformance_file: str, cases: dict) -> list[Output]:
+    """The generated tests: conformance (one case per line, the slow-device subset
+    by id), compile, adapter claims, distributed, and their conftest."""
     rendered = {f"{kind}_py": one_per_line(value) for kind, value in cases.items()
                 if kind not in ("slow", "slow_variants")}
     # the slow-device subset names its cases by id (they are cases of the lists above)
     rendered |= {f"{kind}_ids_py": wrapped_set([case[0] for case in cases[kind]])
                  for kind in ("slow", "slow_variants")}
-    outputs.append(Output("tests/test_conformance.py.j2", conformance_file,
-                          rendered | {"test_names": CONFORMANCE_TESTS}))
-    outputs.append(Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
-                          {"codegen": d.compile.codegen}))
-    outputs.append(Output("tests/conftest.py.j2", "tests/generated/conftest.py", {}))
-    outputs.append(Output("tests/test_adapter.py.j2", f"tests/generated/test_{d.name}_adapter.py",
-                          {"adapter_claims": adapter_contract_claims()}))
-    outputs.append(Output("tests/test_distributed.py.j2",
-                          f"tests/generated/test_{d.name}_distributed.py",
-                          {"collectives": d.collectives,
-                           "collectives_means": COLLECTIVES_MEANING[d.collectives]}))
-    return BackendContext(values=values, wrappers=wrappers, custom_wrappers=custom_wrappers,
-                          custom_schemas=custom_schemas,
-                          kernel_sigs=kernel_sigs, registered_ops=registered,
-                          skipped_variants=skipped, outputs=outputs, registrations=registrations,
-                          conformance_file=conformance_file, conformance_cases=cases)
+    return [
+        Output("tests/test_conformance.py.j2", conformance_file, rendered | {"test_names": CONFORMANCE_TESTS}),
+        Output("tests/test_compile.py.j2", f"tests/generated/test_{d.name}_compile.py",
+               {"codegen": d.compile.codegen}),
+        Output("tests/conftest.py.j2", "tests/generated/conftest.py", {}),
+        Output("tests/test_adapter.py.j2", f"tests/generated/test_{d.name}_adapter.py",
+               {"adapter_claims": adapter_contract_claims()}),
+        Output("tests/test_distributed.py.j2", f"tests/generated/test_{d.name}_distributed.py",
+               {"collectives": d.collectives, "collectives_means": COLLECTIVES_MEANING[d.collectives]}),
+    ]
 
 
 def spec_location(backend: Backend, spec: OpSpec) -> str:

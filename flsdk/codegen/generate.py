@@ -31,7 +31,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # The folder holding the packages flsdk and torch_fl (the repository, or
 # site-packages): static outputs are copied from files under it.
 DISTRIBUTION = Path(__file__).resolve().parents[2]
-STATIC_GLUE = DISTRIBUTION / "flsdk" / "static_glue"  # the C++ glue copied into generated/
+STATIC_GLUE_DIR = DISTRIBUTION / "flsdk" / "static_glue"  # the C++ glue copied into generated/
 LOCK_FILE = "generated/ops.lock.json"
 
 
@@ -70,7 +70,15 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["tojson"] = lambda value: json.dumps(value)
+    env.filters["cpp_bool"] = cpp_bool
     return env
+
+
+def cpp_bool(value: bool) -> str:
+    """A Python bool as a C++ literal; anything else is a builder's mistake."""
+    if not isinstance(value, bool):
+        raise TypeError(f"cpp_bool expects a bool, got {value!r}")
+    return "true" if value else "false"
 
 
 def static_source(source: str) -> str:

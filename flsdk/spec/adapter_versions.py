@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-STATIC_GLUE = Path(__file__).resolve().parent.parent / "static_glue"
+STATIC_GLUE_DIR = Path(__file__).resolve().parent.parent / "static_glue"
 
 # adapter key in device.yaml -> (header, the C++ name of its version constants)
 HEADERS = {"runtime": ("runtime_adapter.h", "RuntimeAdapter"),
@@ -49,7 +49,7 @@ class HeaderVersion:
 
 def read_header(header: str, cpp_name: str, text: str | None = None) -> HeaderVersion:
     """The version and changes list of `header` (flsdk/static_glue/<header>)."""
-    text = (STATIC_GLUE / header).read_text() if text is None else text
+    text = (STATIC_GLUE_DIR / header).read_text() if text is None else text
     parts = []
     for part in ("Major", "Minor"):
         m = re.search(rf"constexpr int k{cpp_name}Version{part} = (\d+);", text)
