@@ -439,13 +439,19 @@ class BackendContext:
         return [f"{self.conformance_file}::{test}" for test in conformance_tests_of(self.conformance_cases, op)]
 
 
+def _custom_schema(spec: OpSpec) -> str:
+    """The schema of a custom op (the loader sets one for every custom op)."""
+    assert spec.schema is not None, spec.op
+    return spec.schema
+
+
 def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> BackendContext:
     d = backend.descriptor
     functions = signatures.native_functions()
     aten_ops = [spec for spec in backend.ops if not spec.is_custom]
     custom_ops = [spec for spec in backend.ops if spec.is_custom]
     aten_sigs = {spec.op: signatures.kernel_signature(functions[spec.op]) for spec in aten_ops}
-    custom_sigs = {spec.op: signatures.custom_kernel_signature(spec.schema) for spec in custom_ops}
+    custom_sigs = {spec.op: signatures.custom_kernel_signature(_custom_schema(spec)) for spec in custom_ops}
     kernel_sigs = list(aten_sigs.values()) + list(custom_sigs.values())
     custom_wrappers = [
         _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema), spec,
@@ -564,8 +570,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             {op: {"runs_as": info.runs_as, "note": info.without_native}
              for op, info in device_only.items()}, width=100, sort_dicts=True),
     }
-    custom_schemas = [spec.schema for spec in custom_ops]
-    extra = {
+    custom_schemas = [_custom_schema(spec) for spec in custom_ops]
+    extra: dict[str, dict] = {
         "kernels.h": {"kernels": kernel_sigs,
                       "variant_kernels": [w.variant_kernel for w in wrappers if w.variant_kernel]},
         "register_kernels.cpp": {"custom_schemas": custom_schemas},
@@ -669,14 +675,14 @@ def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: 
     dtypes."""
     device = set(backend.descriptor.dtypes)
     ns = backend.name
-    table = {}
+    table: dict[str, dict] = {}
     # (wrapper, the name it is registered under, its spec op); custom wrappers name their op bare
     routes = [(w, w.op, w.kernel.op) for w in wrappers] + \
         [(w, f"{ns}::{w.op}", f"{ns}::{w.kernel.op}") for w in custom_wrappers]
     for w, registered, spec_op in routes:
         if set(w.dtypes) >= device or not w.dtype_args:
             continue
-        entry = {"dtypes": list(w.dtypes), "args": list(w.dtype_args)}
+        entry: dict[str, object] = {"dtypes": list(w.dtypes), "args": list(w.dtype_args)}
         if not w.falls_back:
             entry["falls_back"] = False
         line = backend.narrowed_at(spec_op)
@@ -809,7 +815,7 @@ def _first_of_each(cases: list[tuple], at: int) -> list[tuple]:
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:
     """What templates/kernels/kernel_stub.cpp.j2 prints for a new kernel stub."""
-    sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
+    sig = (signatures.custom_kernel_signature(_custom_schema(spec)) if spec.is_custom
            else signatures.signature_of(spec.op))
     return {"ns": backend.name, "op": spec.op, "kernel": sig.kernel, "schema": sig.schema,
             "defn": sig.defn, "stub_marker": STUB_MARKER, "is_custom": spec.is_custom}
