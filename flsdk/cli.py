@@ -212,7 +212,7 @@ def cmd_ops(args) -> int:
         located = op_locations(root, [r["op"] for r in rows if r.get("spec")])
         for r in rows:
             r.update(located.get(r["op"], {}))
-    counts = {}
+    counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     if args.format == "json":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -47,6 +48,7 @@ def entries(refresh: bool = False) -> list[BackendEntry]:
         if _entries is not None and not refresh:
             return _entries
         found = []
+        eps: Iterable[importlib.metadata.EntryPoint]
         try:
             eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         except Exception:  # broken metadata of an unrelated dist must not break us
@@ -138,11 +140,12 @@ def backend(device: Any = None) -> ModuleType:
                     "install one, e.g. pip install --no-build-isolation examples/acme_backend")
             # The first one that loads; report every failure if none does.
             errors = []
-            for entry in entries():
-                ok, err = try_load(entry)
+            for candidate in entries():
+                ok, err = try_load(candidate)
                 if ok:
-                    return entry.module
-                errors.append(f"{entry.name}: {err}")
+                    assert candidate.module is not None  # try_load loaded it
+                    return candidate.module
+                errors.append(f"{candidate.name}: {err}")
             raise NoBackendError("no flsdk backend could be loaded: " + "; ".join(errors))
     entry = _by_name(name)
     if entry is None:
@@ -198,6 +201,7 @@ def first_device() -> str | None:
         ok, _ = try_load(entry)
         if not ok:
             continue
+        assert entry.module is not None  # try_load loaded it
         try:
             if entry.module.native().device_count() > 0:
                 return f"{entry.module.NAME}:0"

@@ -340,7 +340,7 @@ if rank == 0:
 """
 
 
-def _measure_bandwidth(device_type: str, sizes, world: int = 2) -> list[dict[str, Any]]:
+def _measure_bandwidth(device_type: str, sizes, world: int = 2) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="torch_fl_bw_") as tmp:
         store = os.path.join(tmp, "store")
         procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(r), str(world), store,
@@ -391,7 +391,7 @@ def _check_bandwidth(device, min_gbps: float, sizes, measure: bool) -> Check:
     return Check("bandwidth", title, PASS if best >= min_gbps else FAIL, text, ev)
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:g} {unit}"

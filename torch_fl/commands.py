@@ -98,9 +98,9 @@ def build_workload(name: str, seed: int = 0) -> tuple[Any, tuple, Any, Any]:
         y = torch.randint(0, 10, (8,), generator=g)
         return model, (x,), F.cross_entropy, y
     if name == "gpt":
-        model = GPT(GPTConfig(dropout=0.0))  # dropout would differ between devices
-        tok = torch.randint(0, model.config.vocab_size, (4, 16), generator=g)
-        return model, (tok, tok.roll(-1, dims=1)), (lambda out: out[1]), None
+        gpt = GPT(GPTConfig(dropout=0.0))  # dropout would differ between devices
+        tok = torch.randint(0, gpt.config.vocab_size, (4, 16), generator=g)
+        return gpt, (tok, tok.roll(-1, dims=1)), (lambda out: out[1]), None
     if ":" in name:
         return user_workload(name)
     raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}, "

@@ -153,7 +153,7 @@ def compat_matrix(load: bool = True) -> list[dict[str, Any]]:
         built_for = getattr(entry.module, "TORCH_VERSION", None)
         flsdk = getattr(entry.module, "FLSDK_VERSION", None)
         pinned = _pinned_torch(entry.dist)
-        row = {
+        row: dict[str, Any] = {
             "name": entry.name,
             "package": _backends.package_of(entry),
             "backend_version": _dist_version(entry.dist),

@@ -37,6 +37,7 @@ def backend_reports() -> list[dict[str, Any]]:
         ok, err = _backends.try_load(entry)
         report["loaded"], report["error"] = ok, err
         if ok:
+            assert entry.module is not None  # try_load loaded it
             try:
                 report["device_count"] = int(entry.module.native().device_count())
             except Exception as exc:  # runtime init failure: still a report, not a crash

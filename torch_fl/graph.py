@@ -261,10 +261,12 @@ def _load_graph_module(data: bytes | None):
     if data is None:
         return None
     from torch._subclasses import FakeTensorMode
+    from torch.fx import GraphModule
     from torch.fx._graph_pickler import GraphPickler
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     gm = GraphPickler.loads(data, FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()))
+    assert isinstance(gm, GraphModule)  # what _dump_graph_module pickled
     gm.recompile()
     return gm
 
@@ -347,6 +349,7 @@ def _install_cache_hooks() -> None:
             _compiled_ready(self)
             return result
 
-        CompiledFxGraph.__init__ = __init__
-        CompiledFxGraph.post_compile = post_compile_
+        # Deliberate patches of Inductor's class (mypy forbids assigning to methods).
+        CompiledFxGraph.__init__ = __init__  # type: ignore[method-assign]
+        CompiledFxGraph.post_compile = post_compile_  # type: ignore[method-assign]
         _cache_hooks_installed = True

@@ -404,9 +404,14 @@ def check_ops(model: Callable, example_inputs: Any, device: Any = None, *,
     with record_ops() as trace:
         out = cpu_model(*inputs)
         if backward:
-            loss = loss_fn(out) if loss_fn else sum(
-                t.float().sum() for t in tree_leaves(out)
-                if isinstance(t, torch.Tensor) and t.is_floating_point())
+            if loss_fn:
+                loss = loss_fn(out)
+            else:
+                loss = sum(t.float().sum() for t in tree_leaves(out)
+                           if isinstance(t, torch.Tensor) and t.is_floating_point())
+                if not isinstance(loss, torch.Tensor):  # sum() of nothing: 0
+                    raise ValueError("check_ops(backward=True): the model's output has no floating-point "
+                                     "tensor to sum for backward; pass loss_fn=")
             loss.backward()
 
     report = OpsReport(device=str(dev), backward=backward, fallback_enabled=fb_enabled)

@@ -204,7 +204,7 @@ def tensor_diff(a, b, atol: float = 1e-5, rtol: float = 1.3e-6) -> TensorDiff:
         else a.detach().to("cpu").double()
     b64 = b.detach().to("cpu", torch.float64) if b.is_floating_point() or b.is_complex() \
         else b.detach().to("cpu").double()
-    base = dict(shape=list(a.shape), dtype_a=str(a.dtype).replace("torch.", ""),
+    base: dict[str, Any] = dict(shape=list(a.shape), dtype_a=str(a.dtype).replace("torch.", ""),
                 dtype_b=str(b.dtype).replace("torch.", ""))
     if a64.shape != b64.shape:
         return TensorDiff(**base, max_abs=math.inf, max_rel=math.inf, mean_abs=math.inf,
@@ -260,6 +260,10 @@ class PrecisionComparison(tuple):
     (the worst max |a - b| and max relative difference over all outputs) and
     keeps the full report: `.diffs` (one TensorDiff per output), `.ok`,
     `.cosine`, `.device_a`, `.device_b`."""
+
+    diffs: list[TensorDiff]
+    device_a: str
+    device_b: str
 
     def __new__(cls, diffs: list[TensorDiff], device_a: str, device_b: str):
         max_diff = max((d.max_abs for d in diffs), default=0.0)

@@ -286,6 +286,10 @@ class FakeQuantized(nn.Module):
     kept as buffers on the layer's device (no host->device copy per call).
     """
 
+    in_scale: torch.Tensor           # buffers, registered in __init__
+    in_inv_scale: torch.Tensor
+    in_zero_point: torch.Tensor
+
     def __init__(self, layer: nn.Module, q: LayerQuant):
         super().__init__()
         self.layer = copy.deepcopy(layer)
@@ -293,6 +297,7 @@ class FakeQuantized(nn.Module):
         self.quant_min, self.quant_max = q.quant_min, q.quant_max
         self.input_scale, self.input_zero_point = q.input_scale, q.input_zero_point
         w = self.layer.weight
+        assert isinstance(w, torch.Tensor)  # a Linear/Conv layer
         with torch.no_grad():
             w.copy_(fake_quantize(w, q.weight_scale, q.weight_zero_point,
                                   q.quant_min, q.quant_max, q.weight_axis))
@@ -574,6 +579,7 @@ def evaluate(model: nn.Module, calibration: Calibration | Any, data: Any = None,
         if metric == "output_error":
             return _output_error(reference, outputs)
         fn = _accuracy if metric == "accuracy" else metric
+        assert callable(fn) and ys is not None  # checked above: accuracy or a callable, with labels
         total = sum(fn(o, y) * len(y) for o, y in zip(outputs, ys))
         return float(total) / sum(len(y) for y in ys)
 
@@ -618,6 +624,7 @@ def mixed_plan(sensitivity: QuantReport | Mapping[str, float], budget: int | Non
             raise ValueError("mixed_plan: budget must be >= 0")
         keep = set(order[:budget])
     else:
+        assert threshold is not None  # exactly one of budget and threshold
         keep = {n for n in order if sens[n] > threshold}
     return MixedPlan(quantized=[n for n in sens if n not in keep],
                      float_layers=[n for n in order if n in keep])

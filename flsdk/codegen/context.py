@@ -439,6 +439,12 @@ class BackendContext:
         return [f"{self.conformance_file}::{test}" for test in conformance_tests_of(self.conformance_cases, op)]
 
 
+def _custom_schema(spec: OpSpec) -> str:
+    """The schema of a custom op (the loader sets one for every custom op)."""
+    assert spec.schema is not None, spec.op
+    return spec.schema
+
+
 @dataclass
 class _Registrations:
     """What build_context derives from the specs and the kernel scan, before any output."""
@@ -488,9 +494,9 @@ def _registrations(backend: Backend, scan: KernelScan) -> _Registrations:
     aten_ops = [spec for spec in backend.ops if not spec.is_custom]
     custom_ops = [spec for spec in backend.ops if spec.is_custom]
     aten_sigs = {spec.op: signatures.kernel_signature(functions[spec.op]) for spec in aten_ops}
-    custom_sigs = {spec.op: signatures.custom_kernel_signature(spec.schema) for spec in custom_ops}
+    custom_sigs = {spec.op: signatures.custom_kernel_signature(_custom_schema(spec)) for spec in custom_ops}
     custom_wrappers = [
-        _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(spec.schema), spec,
+        _functional_wrapper(custom_sigs[spec.op], FunctionSchema.parse(_custom_schema(spec)), spec,
                             backend.dtypes_for(spec))
         for spec in custom_ops if scan.status(kernel_name(spec)) == "native"
     ]
@@ -527,7 +533,7 @@ def _registrations(backend: Backend, scan: KernelScan) -> _Registrations:
     return _Registrations(aten_sigs=aten_sigs, kernel_sigs=list(aten_sigs.values()) + list(custom_sigs.values()),
                           wrappers=wrappers, custom_wrappers=custom_wrappers, skipped=skipped,
                           registered=registered, native=native,
-                          custom_schemas=[spec.schema for spec in custom_ops])
+                          custom_schemas=[_custom_schema(spec) for spec in custom_ops])
 
 
 def _device_values(backend: Backend, torch_version: str) -> dict:
@@ -631,7 +637,7 @@ def _op_values(backend: Backend, scan: KernelScan, regs: _Registrations) -> dict
 def _cpp_outputs(ns: str, regs: _Registrations) -> tuple[list[Output], dict[str, dict[str, str]]]:
     """The C++ glue (static copies and rendered files) and the registration shards,
     with where each op's registration ended up (spec op -> {overload: shard path})."""
-    extra = {
+    extra: dict[str, dict] = {
         "kernels.h": {"kernels": regs.kernel_sigs,
                       "variant_kernels": [w.variant_kernel for w in regs.wrappers if w.variant_kernel]},
         "register_kernels.cpp": {"custom_schemas": regs.custom_schemas},
@@ -734,14 +740,14 @@ def op_dtypes_table(backend: Backend, wrappers: list[Wrapper], custom_wrappers: 
     dtypes."""
     device = set(backend.descriptor.dtypes)
     ns = backend.name
-    table = {}
+    table: dict[str, dict] = {}
     # (wrapper, the name it is registered under, its spec op); custom wrappers name their op bare
     routes = [(w, w.op, w.kernel.op) for w in wrappers] + \
         [(w, f"{ns}::{w.op}", f"{ns}::{w.kernel.op}") for w in custom_wrappers]
     for w, registered, spec_op in routes:
         if set(w.dtypes) >= device or not w.dtype_args:
             continue
-        entry = {"dtypes": list(w.dtypes), "args": list(w.dtype_args)}
+        entry: dict[str, object] = {"dtypes": list(w.dtypes), "args": list(w.dtype_args)}
         if not w.falls_back:
             entry["falls_back"] = False
         line = backend.narrowed_at(spec_op)
@@ -900,7 +906,7 @@ def _first_of_each(cases: list[tuple], at: int) -> list[tuple]:
 
 def stub_values(backend: Backend, spec: OpSpec) -> dict:
     """What templates/kernels/kernel_stub.cpp.j2 prints for a new kernel stub."""
-    sig = (signatures.custom_kernel_signature(spec.schema) if spec.is_custom
+    sig = (signatures.custom_kernel_signature(_custom_schema(spec)) if spec.is_custom
            else signatures.signature_of(spec.op))
     return {"ns": backend.name, "op": spec.op, "kernel": sig.kernel, "schema": sig.schema,
             "defn": sig.defn, "stub_marker": STUB_MARKER, "is_custom": spec.is_custom}

@@ -110,10 +110,11 @@ def load(root: Path, digest: str) -> dict | None:
 
 def save(root: Path, digest: str, outputs: list[str], summary: dict) -> None:
     """Record a successful gen. A state that cannot be written costs speed only."""
-    state = {"format": _FORMAT, "root": str(root.resolve()), "digest": digest,
-             "outputs": {rel: content_hash(root / rel) for rel in sorted(outputs)}, "summary": summary}
-    if any(sha is None for sha in state["outputs"].values()):
+    hashes = {rel: content_hash(root / rel) for rel in sorted(outputs)}
+    if any(sha is None for sha in hashes.values()):
         return
+    state = {"format": _FORMAT, "root": str(root.resolve()), "digest": digest, "outputs": hashes,
+             "summary": summary}
     target = _state_path(root)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

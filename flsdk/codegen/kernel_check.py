@@ -94,7 +94,7 @@ def _return_type(text: str, name_start: int) -> str:
 def find_mismatches(root: Path, expected: dict[str, str]) -> list[Mismatch]:
     """Definitions under root/kernels whose signature differs from `expected`
     (kernel name -> declaration). Stub files are skipped: they are not compiled."""
-    out = []
+    out: list[Mismatch] = []
     kernels_dir = Path(root) / "kernels"
     if not kernels_dir.is_dir():
         return out

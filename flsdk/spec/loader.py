@@ -99,9 +99,9 @@ def _load_opspec_file(path: str | Path, errors: ErrorCollector, invalid: _Invali
         invalid.families.add(Path(path).stem)
         return []
     schema_errors = validate(doc, "opspec")
-    for err in schema_errors:
-        errors.add(err)
-    clean = _Clean(err.path for err in schema_errors)
+    for problem in schema_errors:
+        errors.add(problem)
+    clean = _Clean(problem.path for problem in schema_errors)
     if not isinstance(doc.data, dict) or not isinstance(doc.data.get("ops"), list):
         invalid.unreadable = True
         invalid.families.add(Path(path).stem)
@@ -115,8 +115,8 @@ def _load_opspec_file(path: str | Path, errors: ErrorCollector, invalid: _Invali
     for i, entry in enumerate(doc.data["ops"]):
         problems = ErrorCollector()
         spec = _build_op(doc, family, i, entry, problems, clean)
-        for err in problems.errors:
-            errors.add(err)
+        for problem in problems.errors:
+            errors.add(problem)
         if spec is not None and not problems and not schema_errors:
             out.append(spec)
         elif isinstance(entry, dict) and isinstance(entry.get("op"), str):
@@ -281,6 +281,8 @@ def load_device(path: str | Path) -> DeviceDescriptor:
     errors = ErrorCollector()
     loaded = _load_device(path, errors)
     errors.raise_if_any()
+    # No error recorded: _load_device read the whole file (see _LoadedDevice).
+    assert loaded is not None and loaded.descriptor is not None
     return loaded.descriptor
 
 
@@ -315,11 +317,11 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         errors.add(err)
         return None
     schema_errors = validate(doc, "device")
-    for err in schema_errors:
-        errors.add(err)
+    for schema_error in schema_errors:
+        errors.add(schema_error)
     if not isinstance(doc.data, dict):
-        return None
-    clean = _Clean(err.path for err in schema_errors)
+        return None  # the schema (type: object) reported it
+    clean = _Clean(schema_error.path for schema_error in schema_errors)
     before = len(errors.errors)
     data = doc.data
 
@@ -327,7 +329,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         """The field is present and free of schema errors (in, above or below it)."""
         return clean(path) and _at(data, path, _MISSING) is not _MISSING
 
-    name = data["name"] if ok("name") else None
+    name: str | None = data["name"] if ok("name") else None
     if name is not None:
         problem = backend_name_problem(name)
         if problem:
@@ -367,15 +369,18 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
 
     dtypes = tuple(data["dtypes"]) if ok("dtypes") else None
     amp = tuple(data["amp_dtypes"]) if ok("amp_dtypes") else ()
-    for j, d in enumerate(amp if dtypes is not None else ()):
-        if d not in dtypes:
-            errors.add(doc.error(("amp_dtypes", j), f"{d!r} is not in dtypes", "amp dtypes the device supports"))
+    if dtypes is not None:
+        for j, d in enumerate(amp):
+            if d not in dtypes:
+                errors.add(doc.error(("amp_dtypes", j), f"{d!r} is not in dtypes",
+                                     "amp dtypes the device supports"))
     quant = data.get("quantization", {}) if isinstance(data.get("quantization", {}), dict) else {}
     qdtypes = tuple(quant["dtypes"]) if ok("quantization", "dtypes") else ()
-    for j, d in enumerate(qdtypes if dtypes is not None else ()):
-        if d not in dtypes:
-            errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
-                                 "quantized storage dtypes the device supports"))
+    if dtypes is not None:
+        for j, d in enumerate(qdtypes):
+            if d not in dtypes:
+                errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
+                                     "quantized storage dtypes the device supports"))
 
     comm = data.get("comm_backend") if ok("comm_backend") else None
     if comm in BUILTIN_COMM_BACKENDS:
@@ -442,6 +447,10 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
                            fallback=fallback)
     if schema_errors or len(errors.errors) > before:
         return loaded
+    # No error in the file: every field read as None above (a field with a schema
+    # error of its own) has a value; name and dtypes are required by the schema.
+    assert name is not None and dtypes is not None and compile_section is not None
+    assert memory_model is not None and primitives is not None
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
     loaded.descriptor = DeviceDescriptor(
@@ -506,8 +515,8 @@ def _native_selection(doc: Document, j: int, item: dict, device_dtypes: tuple[st
     if "dtypes" in item:
         dtypes = tuple(item["dtypes"])
         bad = False
-        for k, dtype in enumerate(dtypes if device_dtypes is not None else ()):
-            if dtype not in device_dtypes:
+        for k, dtype in enumerate(dtypes):
+            if device_dtypes is not None and dtype not in device_dtypes:
                 bad = True
                 errors.add(doc.error(base + ("dtypes", k), f"{dtype!r} is not in the device's dtypes",
                                      "dtypes among device.yaml `dtypes`: " + ", ".join(device_dtypes)))
@@ -566,6 +575,8 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
     all_ops = _load_opspecs(backend_opspec_files(root, canonical), errors, invalid)
     if device is None:
         errors.raise_if_any()
+    # _load_device returns None only after recording an error.
+    assert device is not None
     doc = device.doc
 
     for spec in all_ops:
@@ -645,6 +656,8 @@ def load_backend(root: str | Path, canonical: Iterable[str | Path] | None = None
                                  "a custom op defined in the backend's opspec/*.yaml"))
 
     errors.raise_if_any()
+    # No error in device.yaml either, so it loaded whole.
+    assert device.descriptor is not None
     ops = [spec for spec in all_ops if spec.op in selected]
     return Backend(descriptor=device.descriptor, ops=ops, all_ops=all_ops, root=root, op_dtypes=op_dtypes)
 
@@ -670,6 +683,7 @@ def _narrow(doc: Document, j: int, sel: NativeSelection, spec: OpSpec, op_dtypes
                              f"{sel.name!r} is narrowed twice (first at line {narrowed_at[sel.name]})",
                              "one `dtypes` list per op"))
         return
+    assert sel.dtypes is not None  # load_backend narrows only entries with dtypes
     narrowed_at[sel.name] = sel.line
     bad = False
     for k, dtype in enumerate(sel.dtypes):

@@ -42,13 +42,15 @@ def _check_value(value: object) -> list[tuple[tuple, str, str]]:
             kind, parsed = classify(value)
         except ValueError as exc:
             return [((), f"malformed tensor argument {value!r}: {exc}", EXPECTED_TENSOR)]
-        if kind == "dtype" and parsed not in DTYPES:
-            hint = did_you_mean(parsed, DTYPES)
-            return [((), f"unknown dtype {parsed!r}" + (f"; {hint}" if hint else ""),
-                     "dtype:<name> with a name from " + ", ".join(DTYPES))]
+        if kind == "dtype":
+            assert isinstance(parsed, str)  # classify: ("dtype", name)
+            if parsed not in DTYPES:
+                hint = did_you_mean(parsed, DTYPES)
+                return [((), f"unknown dtype {parsed!r}" + (f"; {hint}" if hint else ""),
+                         "dtype:<name> with a name from " + ", ".join(DTYPES))]
         return []
     if isinstance(value, list):
-        out = []
+        out: list[tuple[tuple, str, str]] = []
         for j, item in enumerate(value):
             out.extend(((j,) + p, m, e) for p, m, e in _check_value(item))
         return out

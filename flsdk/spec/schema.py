@@ -75,7 +75,7 @@ def _expected(err) -> str | None:
     if err.validator == "enum":
         return "one of " + ", ".join(map(str, err.validator_value))
     if err.validator == "type":
-        types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        types: list[str] = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
         return " or ".join(_TYPE_WORDS.get(t, t) for t in types)
     return None
 

@@ -103,7 +103,7 @@ def _say_compiling(build_dir: str, root: str, command: list[str]) -> None:
     state = _update(build_dir, bump)
     source = _argument(command, "-c")
     shown = os.path.relpath(source, root) if source and os.path.isabs(source) else (source or "?")
-    if shown.startswith(".."):
+    if source and shown.startswith(".."):
         shown = os.path.basename(source)
     done, total = state.get("done", 0), state.get("total")
     name = state.get("name", "backend")

@@ -78,7 +78,9 @@ def _macro_bodies(text: str) -> dict[str, str]:
 
 def _split_top_level(text: str) -> list[str]:
     """Split at commas outside (), <> and quotes."""
-    parts, depth, quoted, current = [], 0, False, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quoted = 0, False
     for ch in text:
         if ch == '"':
             quoted = not quoted

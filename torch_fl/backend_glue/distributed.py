@@ -19,7 +19,7 @@ import threading
 
 _lock = threading.Lock()
 # c10d backend name -> device type it was registered for, by this module
-_registered = {}
+_registered: dict[str, str] = {}
 
 # Where the staged engine's gloo group keeps its keys in the group's store.
 _STAGED_GLOO_PREFIX = "flsdk_staged_gloo/"

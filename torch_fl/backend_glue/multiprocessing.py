@@ -18,7 +18,7 @@ the original storage comes back.
 import importlib
 import os
 
-_installed = set()
+_installed: set[str] = set()  # device types whose reductions are installed
 
 
 def rebuild_storage(native_name, shared):

@@ -121,12 +121,12 @@ def register(name: str) -> dict[str, Any]:
         config = compile_config(name)
         codegen = config["codegen"]
         if codegen == "cpp":
-            from . import cpp_codegen as impl
+            from .cpp_codegen import register as register_codegen
         elif codegen == "triton":
-            from . import triton_codegen as impl
+            from .triton_codegen import register as register_codegen
         else:
-            from . import no_codegen as impl
-        hooks = impl.register(name, config, cache_key(name))
+            from .no_codegen import register as register_codegen
+        hooks = register_codegen(name, config, cache_key(name))
         if codegen != "none":
             from . import layout
 

@@ -40,7 +40,7 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
     from .registration import device_op_overrides_base
     from .vector_math import kernel_proxy_class
 
-    class OpOverrides(device_op_overrides_base(name)):
+    class OpOverrides(device_op_overrides_base(name)):  # type: ignore[misc]  # base built per device at runtime
         def import_get_raw_stream_as(self, alias: str) -> str:
             # Host kernels run inline in the wrapper: no stream handle to pass them.
             return dedent(f"""
@@ -78,7 +78,7 @@ def make_classes(name: str, sleef_u35=(), discrete: bool = False):
         # The device guards open at this point of the wrapper's code, innermost last.
         def _flsdk_device_guards(self) -> list:
             if not hasattr(self, "_flsdk_guard_stack"):
-                self._flsdk_guard_stack = []
+                self._flsdk_guard_stack: list[int] = []
             return self._flsdk_guard_stack
 
         def codegen_device_guard_enter(self, device_idx, *args, **kwargs):
@@ -202,6 +202,7 @@ def _host_values_to_device(kernel_name: str, call_args, arg_types, device):
                 f"kernel {kernel_name} on {device} writes the CPU tensor {arg} "
                 f"({arg_type or 'unknown type'}): a kernel of a discrete device cannot write "
                 f"host memory; keep that state on the device")
+        assert buf is not None  # `on` is its device
         if list(buf.get_size()) != []:
             raise CompileNotSupportedError(
                 f"kernel {kernel_name} on {device} reads the CPU tensor {arg} of shape "

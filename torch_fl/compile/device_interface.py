@@ -128,6 +128,9 @@ def make_device_interface(name: str, properties: dict[str, Any] | None = None) -
         def is_triton_capable(device=None) -> bool:
             return False
 
-    Interface.Worker = Worker
+    # A duck-typed Worker, as torch's own interfaces have (CudaInterface.Worker does not
+    # subclass DeviceInterface.Worker either); mypy wants a subclass, and no class
+    # attribute assigned after the class statement.
+    Interface.Worker = Worker  # type: ignore[misc, assignment]
     Interface.__name__ = Interface.__qualname__ = f"{name.capitalize()}Interface"
     return Interface

@@ -62,4 +62,4 @@ def _hook_decide_layout_opt() -> None:
             return False
         return stock(gm, is_inference=is_inference)
 
-    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)  # type: ignore[method-assign]  # a patch

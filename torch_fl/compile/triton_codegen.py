@@ -19,7 +19,7 @@ def make_op_overrides(name: str):
 
     mod_expr = f"torch.{name}"
 
-    class OpOverrides(device_op_overrides_base(name)):
+    class OpOverrides(device_op_overrides_base(name)):  # type: ignore[misc]  # base built per device at runtime
         def import_get_raw_stream_as(self, alias: str) -> str:
             return dedent(f"""
                 def {alias}(index):

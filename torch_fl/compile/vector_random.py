@@ -17,6 +17,8 @@ dropout mask is the one Inductor draws for CPU, only faster.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 # Philox-4x32 round constants (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3").
 _MULTIPLIER_A, _MULTIPLIER_B = 0xD2511F53, 0xCD9E8D57
 _KEY_BUMP_A, _KEY_BUMP_B = 0x9E3779B9, 0xBB67AE85
@@ -24,9 +26,21 @@ _ROUNDS = 10
 # The largest float with (2**31 - 1) * scale < 1: what normalized_rand_cpu multiplies by.
 _UNIFORM_SCALE = "4.6566127342e-10f"
 
+
+
+class _Isa(TypedDict):
+    lanes: int
+    p: str
+    reg: str
+    load: dict[str, str]
+    store: str
+    set1: str
+    zero: str
+
+
 # Per instruction set: (64-bit lanes per register, intrinsic prefix, register type,
 # how to load `n` offsets of a given C++ type as 64-bit lanes, how to store the floats).
-_ISAS = {
+_ISAS: dict[int, _Isa] = {
     512: {
         "lanes": 8,
         "p": "_mm512",

@@ -86,7 +86,7 @@ def _patch_is_cpu() -> None:
         device = self.get_device()
         return device is not None and device.type in _host_devices
 
-    BaseSchedulerNode.is_cpu = is_cpu
+    BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]  # a deliberate patch of Inductor
 
 
 def _patch_get_current_backend() -> None:

@@ -31,6 +31,8 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
+    mask: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         if cfg.n_embd % cfg.n_head:

@@ -86,7 +86,10 @@ def train_step(device: str, codegen: str) -> None:
 
     eager_loss = loss_of(model)
     eager_loss.backward()
-    eager_grads = [p.grad.clone() for p in model.parameters()]
+    eager_grads = []
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"eager backward left {name}.grad empty"
+        eager_grads.append(p.grad.clone())
     model.zero_grad(set_to_none=True)
     compiled_loss = loss_of(torch.compile(model))
     compiled_loss.backward()

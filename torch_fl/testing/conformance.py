@@ -12,6 +12,7 @@ so CPU and device see identical values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,7 @@ def _random(shape, dtype: torch.dtype, gen: torch.Generator, positive: bool,
 
 def _tensor(t: TensorToken, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     if t.kind == "L":
+        assert t.high is not None  # parse_tensor gives every L token its bound
         out = torch.randint(0, t.high, t.shape, generator=gen, dtype=torch.int64)
     elif t.kind == "B":
         out = _random(t.shape, torch.bool, gen, False, None)
@@ -111,9 +113,11 @@ def _materialize_value(value: Any, dtype: torch.dtype, gen: torch.Generator) -> 
     if isinstance(value, str):
         kind, parsed = classify(value)
         if kind == "dtype":
+            assert isinstance(parsed, str)
             return parse_dtype(parsed)
         if kind == "word":
             return value
+        assert isinstance(parsed, TensorToken)
         return _tensor(parsed, dtype, gen)
     if isinstance(value, (list, tuple)):
         return [_materialize_value(v, dtype, gen) for v in value]
@@ -238,7 +242,7 @@ def _same(args: list, kwargs: dict) -> tuple[list, dict]:
 # device-only entry point: the CPU op computing the same thing (an op name, or a
 # Python composition of CPU ops for ops no CPU kernel computes), and how to adapt
 # the arguments. compare() uses it for the CPU side (and for both sides on CPU).
-CPU_REFERENCE = {
+CPU_REFERENCE: dict[str, tuple[str | Callable[..., Any], Callable[[list, dict], tuple[list, dict]]]] = {
     "convolution_overrideable": ("convolution", _same),
     "convolution_backward_overrideable": ("convolution_backward", _insert_bias_sizes),
     "_thnn_fused_lstm_cell": (rnn_reference.fused_lstm_cell, _same),
@@ -383,11 +387,11 @@ def _check(expected: Any, actual: Any, where: str, atol: float | None, rtol: flo
         errs.count += 1
         if math.isnan(expected) and math.isnan(actual):
             return
-        diff = abs(expected - actual)
+        gap = abs(expected - actual)
         atol, rtol = _float_tolerance(torch.float64, atol, rtol)
-        errs.abs = max(errs.abs, diff)
-        errs.rel = max(errs.rel, diff / abs(expected) if expected else diff)
-        if not diff <= atol + rtol * abs(expected):
+        errs.abs = max(errs.abs, gap)
+        errs.rel = max(errs.rel, gap / abs(expected) if expected else gap)
+        if not gap <= atol + rtol * abs(expected):
             raise AssertionError(f"{where}: {actual!r} != expected {expected!r}")
         return
     if expected != actual:

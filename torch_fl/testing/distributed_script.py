@@ -23,6 +23,8 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterable
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -64,6 +66,13 @@ def close(got: torch.Tensor, want, what: str, atol: float = 1e-6, rtol: float = 
     check(ok, f"{what}: got {g.flatten()[:8].tolist()} want {w.flatten()[:8].tolist()}")
 
 
+def sum_of(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """sum() of tensors (of every rank: never empty) as a tensor."""
+    out = sum(tensors)
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
 def init() -> None:
     torch.accelerator.set_device_index(DEVICE.index)
     how = os.environ.get("DIST_INIT", "none")
@@ -78,7 +87,9 @@ def init() -> None:
         dist.init_process_group(device_id=DEVICE, timeout=timeout)
     else:
         dist.init_process_group(how, timeout=timeout)
-    backend = dist.group.WORLD._get_backend(DEVICE)
+    world = dist.group.WORLD
+    assert world is not None  # init_process_group set it
+    backend = world._get_backend(DEVICE)
     print(f"rank {RANK}: {DEVICE} backend {backend.name()} native={getattr(backend, 'native', '?')} "
           f"get_backend={dist.get_backend()}", flush=True)
 
@@ -88,7 +99,7 @@ def init() -> None:
 def scenario_collectives() -> None:
     """Every c10d collective on device tensors, reductions in every dtype the
     device has, in-place results, non-contiguous tensors, async Work."""
-    f = dict(device=DEVICE)
+    f: dict[str, Any] = dict(device=DEVICE)
     r = RANK
     base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
 
@@ -96,7 +107,7 @@ def scenario_collectives() -> None:
                   torch.int32, torch.int16, torch.int8, torch.uint8):
         t = (base + r).to(dtype).to(DEVICE)
         dist.all_reduce(t)
-        want = sum((base + q).to(dtype).double() for q in range(WORLD)).to(dtype)
+        want = sum_of((base + q).to(dtype).double() for q in range(WORLD)).to(dtype)
         close(t, want, f"all_reduce sum {dtype}", atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6)
         for op, fold in ((dist.ReduceOp.MAX, torch.maximum), (dist.ReduceOp.MIN, torch.minimum)):
             t = ((base * (1 if r % 2 else -1)) + r).to(dtype).to(DEVICE) if dtype != torch.uint8 \
@@ -170,6 +181,7 @@ def scenario_collectives() -> None:
     gathered = [torch.empty(2, **f) for _ in range(WORLD)] if r == 0 else None
     dist.gather(torch.full((2,), float(r), **f), gathered, dst=0)
     if r == 0:
+        assert gathered is not None
         close(torch.stack(gathered), torch.arange(WORLD).float()[:, None].repeat(1, 2), "gather")
     out = torch.empty(3, **f)
     pieces = [torch.full((3,), float(10 + q), **f) for q in range(WORLD)] if r == 0 else None
@@ -203,9 +215,9 @@ def scenario_collectives() -> None:
     work = dist.all_reduce(t, async_op=True)
     fut = work.get_future().then(lambda fut: fut.value()[0] * 2)
     work.wait()
-    total = float(sum(1.0 + q for q in range(WORLD)))
-    close(t, [total] * 1024, "async all_reduce after wait()")
-    close(fut.wait(), [2 * total] * 1024, "future.then of an all_reduce")
+    summed = float(sum(1.0 + q for q in range(WORLD)))
+    close(t, [summed] * 1024, "async all_reduce after wait()")
+    close(fut.wait(), [2 * summed] * 1024, "future.then of an all_reduce")
     check(work.is_completed() or True, "is_completed callable")
 
     objs = [None] * WORLD
@@ -225,6 +237,7 @@ def scenario_collectives() -> None:
     import torch.distributed._functional_collectives as funcol
 
     group = dist.group.WORLD
+    assert group is not None
     x = torch.arange(4.0, **f) + r
     red = funcol.all_reduce(x, "sum", group)
     gat = funcol.all_gather_tensor(x, 0, group)
@@ -232,7 +245,7 @@ def scenario_collectives() -> None:
     a2a = funcol.all_to_all_single(torch.arange(float(WORLD), **f) + 10 * r, None, None, group)
     close(funcol.wait_tensor(red), sum(torch.arange(4.0) + q for q in range(WORLD)), "funcol.all_reduce")
     close(gat, torch.cat([torch.arange(4.0) + q for q in range(WORLD)]), "funcol.all_gather_tensor")
-    close(rs, sum(torch.arange(2.0 * WORLD) + q for q in range(WORLD))[2 * r:2 * r + 2],
+    close(rs, sum_of(torch.arange(2.0 * WORLD) + q for q in range(WORLD))[2 * r:2 * r + 2],
           "funcol.reduce_scatter_tensor")
     close(a2a, torch.tensor([10.0 * q + r for q in range(WORLD)]), "funcol.all_to_all_single")
 
@@ -344,7 +357,7 @@ class _Net(nn.Module):
         return self.out(x)
 
 
-def _net(seed: int) -> nn.Module:
+def _net(seed: int) -> _Net:
     torch.manual_seed(seed)
     return _Net()
 
@@ -355,6 +368,7 @@ def scenario_fsdp2() -> None:
     model changed, loaded back."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
 
     mesh = init_device_mesh(DEVICE_TYPE, (WORLD,))
     data = _batches(3, 8)
@@ -364,7 +378,7 @@ def scenario_fsdp2() -> None:
                               (True, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                           reduce_dtype=torch.float32), 5e-2)):
         model = _net(11).to(DEVICE)
-        kwargs = {"mesh": mesh, "reshard_after_forward": reshard}
+        kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
         if mp is not None:
             kwargs["mp_policy"] = mp
         for block in model.blocks:
@@ -372,7 +386,7 @@ def scenario_fsdp2() -> None:
         fully_shard(model, **kwargs)
         _train(model, _shard(data), DEVICE)
         for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-            full = p.full_tensor()
+            full = cast(DTensor, p).full_tensor()  # fully_shard made every parameter a DTensor
             close(full, q, f"FSDP2 reshard={reshard} mp={mp is not None}: {name}", atol=atol, rtol=1e-2 if mp else 1e-4)
 
     import torch.distributed.checkpoint as dcp
@@ -398,7 +412,7 @@ def scenario_tp() -> None:
     """DeviceMesh 1-D (2-D with 4 ranks), DTensor distribute/redistribute/ops, tensor
     parallel (Colwise, Rowwise, SequenceParallel) == the same module on the CPU."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
     mesh = init_device_mesh(DEVICE_TYPE, (WORLD,))
@@ -407,11 +421,12 @@ def scenario_tp() -> None:
     da = distribute_tensor(a.to(DEVICE), mesh, [Shard(0)])
     db = distribute_tensor(b.to(DEVICE), mesh, [Replicate()])
     close(da.to_local(), a.chunk(WORLD)[RANK], "DTensor Shard(0) local piece")
-    prod = (da @ db).redistribute(mesh, [Replicate()]).to_local()
+    # DTensor ops return DTensors; torch's stubs type them as Tensor
+    prod = cast(DTensor, da @ db).redistribute(mesh, [Replicate()]).to_local()
     close(prod, a @ b, "DTensor matmul then Replicate", atol=1e-5)
     dc = distribute_tensor(a.to(DEVICE), mesh, [Shard(1)])
     close(dc.redistribute(mesh, [Shard(0)]).to_local(), a.chunk(WORLD)[RANK], "Shard(1) -> Shard(0)")
-    close(dc.sum().full_tensor(), a.sum(), "DTensor sum", atol=1e-4)
+    close(cast(DTensor, dc.sum()).full_tensor(), a.sum(), "DTensor sum", atol=1e-4)
 
     if WORLD == 4:
         mesh2 = init_device_mesh(DEVICE_TYPE, (2, 2), mesh_dim_names=("dp", "tp"))
@@ -437,7 +452,7 @@ def scenario_tp() -> None:
     x = torch.randn(2, 2 * WORLD, 8)  # (batch, sequence, hidden)
     ref_out = reference(x)
     ref_out.sum().backward()
-    model = Mlp()
+    model: nn.Module = Mlp()
     model.load_state_dict(reference.state_dict())
     # Megatron-style sequence parallel: each rank holds a slice of the sequence
     # around the tensor-parallel pair (all-gather in, reduce-scatter out).
@@ -482,11 +497,12 @@ def scenario_pipeline() -> None:
     if RANK == 0:
         schedule.step(x.to(DEVICE))
     else:
-        losses = []
+        losses: list[torch.Tensor] = []
         schedule.step(target=target.to(DEVICE), losses=losses)
         ref_loss = loss_fn(ref(x), target).item()
         close(torch.stack(losses).sum(), torch.tensor(ref_loss), "pipeline loss", atol=1e-4)
     for p, q in zip(module.parameters(), ref[RANK].parameters()):
+        assert p.grad is not None, "pipeline stage gradient missing"
         close(p.grad, q.grad, "pipeline stage gradient", atol=1e-4)
 
 

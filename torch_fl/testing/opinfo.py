@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 __all__ = ["run_opinfo", "OpInfoReport", "compare_baseline", "list_opinfos", "main",
            "STATUSES", "PHASES"]
@@ -296,12 +297,14 @@ class _Worker:
             [sys.executable, "-m", "torch_fl.testing._opinfo_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, bufsize=1, env=env)
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self.stdin: IO[str] = self.proc.stdin
         self.events: queue.Queue = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=30)
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
-        self.proc.stdin.write(json.dumps(config) + "\n")
-        self.proc.stdin.flush()
+        self.stdin.write(json.dumps(config) + "\n")
+        self.stdin.flush()
         event = self.next_event(startup_timeout)
         if event.get("event") != "ready":
             raise WorkerDied(f"worker did not start: {event}")
@@ -348,8 +351,8 @@ class _Worker:
 
     def send(self, job: dict) -> None:
         try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
+            self.stdin.write(json.dumps(job) + "\n")
+            self.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death()) from None
 
@@ -360,7 +363,7 @@ class _Worker:
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=30)
         except Exception:
             self.kill()
@@ -473,7 +476,7 @@ def run_opinfo(device: str | None = None, dtypes: Iterable[str] | str | None = N
     results: dict[tuple[str, str], dict] = {}
     lock = threading.Lock()
     start = time.perf_counter()
-    state = {"done": 0, "last_say": 0.0, "failures": []}
+    state: dict[str, Any] = {"done": 0, "last_say": 0.0, "failures": []}
 
     def record(job: dict, res: dict) -> None:
         with lock:

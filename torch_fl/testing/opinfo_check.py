@@ -124,8 +124,9 @@ def compare_tolerance(op, device_type: str, dtype: torch.dtype) -> tuple[float |
 
 # --- moving samples ---------------------------------------------------------------
 
-def _map_sample(sample, fn: Callable[[Any], Any]):
-    """A copy of `sample` with fn applied to every leaf of input, args, kwargs."""
+def _map_sample(sample, fn: Callable[[Any, Any], Any]):
+    """A copy of `sample` with fn(leaf, its kwarg name or None) applied to every leaf
+    of input, args, kwargs."""
     from torch.testing._internal.opinfo.core import SampleInput
 
     def tree(x, key=None):

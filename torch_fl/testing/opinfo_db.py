@@ -28,13 +28,16 @@ def load_op_db(source: str | None = None) -> list[tuple[str, object]]:
         if not file.is_file():
             raise FileNotFoundError(f"op_db file {file} does not exist")
         spec = importlib.util.spec_from_file_location(f"_flsdk_op_db_{file.stem}", file)
+        if spec is None or spec.loader is None:  # not a .py file: importlib finds no loader
+            raise ValueError(f"op_db file {file} is not a Python file")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         try:
             ops = getattr(module, name or "OPS")
         except AttributeError:
             raise ValueError(f"{file} defines no list {name or 'OPS'!r} of OpInfos") from None
-    out, seen = [], set()
+    out: list[tuple[str, object]] = []
+    seen: set[str] = set()
     for op in ops:
         oid = opinfo_id(op)
         if oid in seen:

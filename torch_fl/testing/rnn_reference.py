@@ -28,6 +28,7 @@ def _compute_dtype(*tensors: torch.Tensor | None) -> tuple[torch.dtype, torch.dt
     for t in tensors:
         if t is not None:
             out = t.dtype if out is None else torch.promote_types(out, t.dtype)
+    assert out is not None, "every cell has an input tensor"
     return out, (torch.float64 if out == torch.float64 else torch.float32)
 
 
