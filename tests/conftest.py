@@ -1,8 +1,15 @@
-"""Shared fixtures of the flsdk/torch_fl tests."""
+"""Shared fixtures of the flsdk/torch_fl tests. The tests are grouped by what they
+test (spec/, codegen/, scaffold/, torch_fl/, benchmarks/); the helpers they share
+are modules of support/, importable by name (`from scaffold import flsdk`)."""
 
 from __future__ import annotations
 
-import pytest
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
+import pytest  # noqa: E402
 from required_backend import acme_skip_reason
 from scaffold import build_into, flsdk
 
@@ -30,7 +37,7 @@ def zeta_first_build(tmp_path_factory):
 @pytest.fixture(scope="session")
 def acme_backend():
     """The acme backend, loaded in this process. Skips only when acme is not
-    installed at all and not required (tests/required_backend.py); an installed
+    installed at all and not required (tests/support/required_backend.py); an installed
     acme that does not load, or a missing one in CI, fails every test using it."""
     reason = acme_skip_reason()
     if reason:

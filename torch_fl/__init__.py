@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 # public name -> submodule that defines it (one name per line; add a name here
-# and in the TYPE_CHECKING block below, tests/test_torch_fl_api.py checks both)
+# and in the TYPE_CHECKING block below, tests/torch_fl/test_torch_fl_api.py checks both)
 _EXPORTS = {
     "discovery": (
         "backend_reports",

@@ -1,6 +1,6 @@
 """torch_fl's commands: compare, readiness, conformance, and doctor's runtime half.
 
-The one module of torch_fl that flsdk's CLI uses (tests/test_import_layering.py
+The one module of torch_fl that flsdk's CLI uses (tests/codegen/test_import_layering.py
 holds it; docs/architecture.md, "Repository layout"): `flsdk` registers these
 commands with `add_commands` and prints `doctor()` after its own checks, so the
 commands live with the runtime they exercise and flsdk reaches none of torch_fl's

@@ -19,7 +19,7 @@ hand-picked sample of ops with arguments, and the docs' op reference is prose.
 
 The dispatcher is the independent check: the ops it reports with an
 AutocastCUDA kernel must be the header's ops plus `CUDA_EXTRAS` below
-(tests/test_codegen_autocast.py asserts it, so drift in a new torch fails a
+(tests/codegen/test_codegen_autocast.py asserts it, so drift in a new torch fails a
 test instead of silently diverging), and the loaded backend's
 AutocastPrivateUse1 kernels must be this policy (acme's tests assert it).
 

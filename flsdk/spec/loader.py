@@ -240,7 +240,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         for sub, message, expected in problems:
             errors.add(doc.error(base + ("samples", s) + sub, message, expected))
         # Custom ops only: aten samples are checked by running them on CPU
-        # (tests/test_opspec_samples.py); parsing all aten schemas here would slow `check`.
+        # (tests/spec/test_opspec_samples.py); parsing all aten schemas here would slow `check`.
         if not problems and custom and isinstance(schema, str) and ok["schema"]:
             for sub, message, expected in check_sample_arity(sample, schema):
                 errors.add(doc.error(base + ("samples", s) + sub, message, expected))

@@ -2,7 +2,7 @@
 // promise of runtime_adapter.h / docs/runtime-adapter.md through the adapter's
 // own calls, with no torch involved, and says which call broke it. The claim ids
 // are the ones the doc lists under "What your generated tests check"
-// (tests/test_scaffold_docs.py keeps the two lists equal).
+// (tests/scaffold/test_scaffold_docs.py keeps the two lists equal).
 //
 // The checks use their own buffers, streams and events, and synchronize the
 // device before freeing anything, as the glue does.

@@ -6,7 +6,7 @@ library only.
     glue       the ops every backend's generated glue provides
     autocast   the op lists of torch's autocast_mode.h (CUDA's autocast policy)
 
-The layering (docs/architecture.md, "Repository layout"; tests/test_import_layering.py
+The layering (docs/architecture.md, "Repository layout"; tests/codegen/test_import_layering.py
 holds it): torch_fl never imports flsdk; flsdk imports torch_fl only here and through
 `torch_fl.commands`. So these modules import nothing but the standard library and
 each other: no torch, no other torch_fl module, no flsdk. flsdk re-exports their

@@ -3,7 +3,7 @@
 Torch-free, so both flsdk (spec validation, code generation; it re-exports these
 names as flsdk.spec.dtypes) and torch_fl (conformance comparisons, precision
 checks) read their dtype facts from here. Names are torch's (`torch.<name>`); the
-JSON Schemas' dtype enums must equal `list(DTYPES)` (tests/test_spec_yaml.py
+JSON Schemas' dtype enums must equal `list(DTYPES)` (tests/spec/test_spec_yaml.py
 checks it).
 
 Each dtype carries the default conformance tolerance used when an op spec gives

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # ATen op -> the C++ function of the static glue that implements it on every
 # backend (flsdk/static_glue/minimal_ops.cpp and copies.cpp register exactly
-# these: tests/test_single_source.py). Op specs provide kernels only for the
+# these: tests/codegen/test_single_source.py). Op specs provide kernels only for the
 # GLUE_OVERRIDES below.
 GLUE_KERNELS = {
     "empty.memory_format": "empty_memory_format",

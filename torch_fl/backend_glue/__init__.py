@@ -17,5 +17,5 @@ torch_fl is an extra), so `flsdk gen` copies this folder verbatim into
 `generated/`, and the generated `backend.py` and `device_module.py` call that copy
 with the backend's name and data. Hence these files import only the standard
 library, torch, each other (relatively), and, where a missing torch_fl is expected
-and handled, `torch_fl.compile`. tests/test_import_layering.py holds them to it.
+and handled, `torch_fl.compile`. tests/codegen/test_import_layering.py holds them to it.
 """

@@ -1,5 +1,5 @@
 """Running the plain torchrun script (distributed_script.py) in tests: flsdk's own
-(tests/test_distributed_torchrun.py) and every backend's generated
+(tests/torch_fl/test_distributed_torchrun.py) and every backend's generated
 tests/generated/test_<name>_distributed.py. Each rank checks its own results;
 here we check that every rank said so, and that nothing hangs.
 """
