@@ -287,7 +287,7 @@ def cmd_new_backend(args) -> int:
         written = render_backend(args.name, out, args.display_name, args.memory)
         print(f"flsdk new-backend: {args.name}: {len(written)} files in {out}")
         code = 0 if args.no_gen else cmd_gen(
-            argparse.Namespace(path=str(out), check=False, dry_run=False, force=False))
+            argparse.Namespace(path=str(out), check=False, dry_run=False, force=False, verbose=False))
     except BaseException:
         _remove_scaffold(out, existed)
         raise

@@ -62,7 +62,7 @@ def test_both_headers_carry_a_version_and_its_changes():
     assert "current_op()" in runtime.changes[(1, 1)]
     assert runtime.changes_after((1, 0)) == [f"1.1: {runtime.changes[(1, 1)]}"]
     # the rule of what bumps which, and the stance, are in the header
-    text = (av.STATIC_GLUE / "runtime_adapter.h").read_text()
+    text = (av.STATIC_GLUE_DIR / "runtime_adapter.h").read_text()
     for words in ("source-level API", "a new minor adds optional calls", "a new major changes a declaration"):
         assert words in text, words
 
