@@ -22,7 +22,22 @@ from pathlib import Path
 from . import aten
 from .dtypes import default_tolerance, did_you_mean
 from .errors import ErrorCollector, SpecError, SpecErrors, format_path
-from .model import Backend, CompileConfig, DeviceDescriptor, FallbackPolicy, NativeSelection, OpSpec, Tolerance
+from .model import (
+    Autocast,
+    Backend,
+    Codegen,
+    Collectives,
+    CompileConfig,
+    DeviceDescriptor,
+    FallbackMode,
+    FallbackPolicy,
+    KernelLaunch,
+    MemoryModel,
+    NativeSelection,
+    OpSpec,
+    SelectionKind,
+    Tolerance,
+)
 from .names import BUILTIN_COMM_BACKENDS, backend_name_problem
 from .paths import canonical_opspec_files
 from .reference import REFERENCE_EXPECTED, reference_problem
@@ -260,7 +275,7 @@ def _build_op(doc: Document, family: str, i: int, entry: dict, errors: ErrorColl
         line=doc.line(base),
         dtypes=dtypes,
         variants=variants,
-        autocast=entry.get("autocast", "none"),
+        autocast=Autocast(entry.get("autocast", "none")),
         tolerances=tolerances,
         samples=tuple(samples),
         skip_conformance=entry.get("skip_conformance"),
@@ -474,7 +489,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         comm_backend=data.get("comm_backend"),
         native=tuple(sel for _, sel in native),
         fallback=FallbackPolicy(
-            mode=fb.get("mode", "allow"),
+            mode=FallbackMode(fb.get("mode", "allow")),
             deny=tuple(fb.get("deny", ())),
             allow=tuple(fb.get("allow", ())),
             warn_env=fb.get("warn_once_env", f"{upper}_FALLBACK_WARN"),
@@ -483,10 +498,10 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         compile=_compile_config(compile_section, name),
         compute_units=0 if units["default"] == "auto" else int(units["default"]),
         compute_units_env=units.get("env", f"{upper}_COMPUTE_UNITS"),
-        memory_model=memory_model,
-        kernel_launch=data.get("kernel_launch", "inline"),
+        memory_model=MemoryModel(memory_model),
+        kernel_launch=KernelLaunch(data.get("kernel_launch", "inline")),
         runtime_primitives=primitives,
-        collectives=data.get("collectives", "staged"),
+        collectives=Collectives(data.get("collectives", "staged")),
         adapter_versions=dict(data.get("adapter_versions") or {}),
     )
     return loaded
@@ -522,13 +537,13 @@ def _native_selection(doc: Document, j: int, item: dict, device_dtypes: tuple[st
                                      "dtypes among device.yaml `dtypes`: " + ", ".join(device_dtypes)))
         if bad:
             return None
-    kind = "op" if "op" in item else "opspec"
-    return NativeSelection(kind=kind, name=item[kind], line=doc.line(base), dtypes=dtypes)
+    kind = SelectionKind.OP if "op" in item else SelectionKind.OPSPEC
+    return NativeSelection(kind=kind, name=item[kind.value], line=doc.line(base), dtypes=dtypes)
 
 
 def _compile_config(section: dict, name: str) -> CompileConfig:
     """device.yaml `compile` (schema-validated), defaults filled in."""
-    codegen = section["codegen"]
+    codegen = Codegen(section["codegen"])
     return CompileConfig(
         codegen=codegen,
         triton_backend=section.get("triton_backend", name) if codegen == "triton" else None,

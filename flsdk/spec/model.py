@@ -10,8 +10,63 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
+
+
+class Choice(str, Enum):
+    """A spec field with a fixed set of values (the JSON Schema's enum). A member
+    compares equal to its YAML string and prints as it (str(), f-strings,
+    templates), so the builders may keep writing `spec.autocast == "fp32"`,
+    while the model says which values exist."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+
+class Autocast(Choice):
+    """An op spec's `autocast:`: what torch.autocast("<device>") does to its inputs."""
+
+    NONE = "none"                      # PyTorch's own policy for the op
+    FALLTHROUGH = "fallthrough"
+    LOWER_PRECISION_FP = "lower_precision_fp"
+    FP32 = "fp32"
+    PROMOTE = "promote"
+
+
+class SelectionKind(Choice):
+    OPSPEC = "opspec"                  # {opspec: all | <family>}
+    OP = "op"                          # {op: <name>[, dtypes: [...]]}
+
+
+class FallbackMode(Choice):
+    ALLOW = "allow"                    # every op falls back except `deny`
+    DENY = "deny"                      # no op falls back except `allow`
+
+
+class Codegen(Choice):
+    CPP = "cpp"
+    TRITON = "triton"
+    NONE = "none"
+
+
+class MemoryModel(Choice):
+    HOST = "host"                      # host code may read device memory
+    DISCRETE = "discrete"              # it may not
+
+
+class KernelLaunch(Choice):
+    INLINE = "inline"                  # kernels run in the calling thread
+    STREAM = "stream"                  # kernels queue their device work
+
+
+class Collectives(Choice):
+    NATIVE = "native"                  # ccl_adapter.h over the vendor's collective library
+    STAGED = "staged"                  # through pinned host memory over gloo
 
 
 @dataclass(frozen=True)
@@ -33,7 +88,7 @@ class OpSpec:
     dtypes: tuple[str, ...]          # as listed (validated names from flsdk.spec.dtypes.DTYPES)
     variants: tuple[str, ...]        # subset of ("inplace", "out"), in the order listed
     # "none" (torch's policy) | "fallthrough" | "lower_precision_fp" | "fp32" | "promote"
-    autocast: str
+    autocast: Autocast
     tolerances: dict[str, Tolerance]  # one per dtype in `dtypes` (explicit, else the dtype default)
     samples: tuple[list, ...]        # raw sample DSL lists (positional args, optional trailing kwargs dict)
     skip_conformance: str | None     # reason, or None
@@ -64,7 +119,7 @@ class NativeSelection:
     or `{op: <name>, dtypes: [...]}` (the op's kernel computes only these dtypes:
     calls in its spec's other dtypes run on the CPU fallback)."""
 
-    kind: str   # "opspec" or "op"
+    kind: SelectionKind
     name: str   # "all", a family, or an op name
     line: int   # line in device.yaml
     dtypes: tuple[str, ...] | None = None  # kind "op" only: the narrowed dtypes, None = the spec's
@@ -76,7 +131,7 @@ class FallbackPolicy:
     mode "deny" falls back for no op except `allow`. Entries are op overload
     names (`add.Tensor`) or base names (`add`, every overload)."""
 
-    mode: str                 # "allow" | "deny"
+    mode: FallbackMode
     deny: tuple[str, ...]
     allow: tuple[str, ...]
     warn_env: str             # env var that turns the once-per-op fallback warning on/off
@@ -87,7 +142,7 @@ class CompileConfig:
     """device.yaml `compile`: how torch.compile (Inductor) generates code for the device.
     torch_fl.compile reads it (through the generated DESCRIPTOR) on the first compile."""
 
-    codegen: str                 # "cpp" | "triton" | "none"
+    codegen: Codegen
     triton_backend: str | None   # triton: the vendor's Triton backend name (default: device name)
     cudagraphs: bool             # triton: may Inductor capture device graphs (default False)
     autotune: bool               # triton: may Inductor autotune kernels (default False)
@@ -116,14 +171,14 @@ class DeviceDescriptor:
     native: tuple[NativeSelection, ...]
     fallback: FallbackPolicy
     file: str                        # the device.yaml it came from
-    compile: CompileConfig = CompileConfig("none", None, False, False)
+    compile: CompileConfig = CompileConfig(Codegen.NONE, None, False, False)
     compute_units: int = 1           # per device, >= 1; 0 = auto (a simulator: the host's threads)
     compute_units_env: str = ""      # env var overriding compute_units ("" = <NAME>_COMPUTE_UNITS)
-    memory_model: str = "host"       # "host" (host code can read device memory) | "discrete"
-    kernel_launch: str = "inline"    # "inline" (kernels run in the calling thread) | "stream" (they queue)
+    memory_model: MemoryModel = MemoryModel.HOST
+    kernel_launch: KernelLaunch = KernelLaunch.INLINE
     # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
     runtime_primitives: tuple[str, ...] = ()
-    collectives: str = "staged"      # "native" (ccl_adapter.h over the vendor's library) | "staged" (gloo)
+    collectives: Collectives = Collectives.STAGED
     # adapter key ("runtime", "ccl") -> "MAJOR.MINOR" of the header its adapter was written
     # for (device.yaml adapter_versions; absent keys: unrecorded, flsdk.spec.adapter_versions)
     adapter_versions: dict[str, str] = field(default_factory=dict)
@@ -138,6 +193,8 @@ class DeviceDescriptor:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
