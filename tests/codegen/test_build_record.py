@@ -58,6 +58,20 @@ def test_a_changed_added_or_removed_source_is_refused_with_the_rebuild_command(t
     assert "rebuild: pip install --no-build-isolation ." in problem
 
 
+def test_the_vendors_own_changes_are_named_before_the_generated_ones(tree):
+    """A new kernel changes many generated files too; the message names five
+    changes, and the kernel that caused them must be among them."""
+    root, site = tree
+    for i in range(6):
+        (root / "generated" / f"register_{i}.cpp").write_text(f"int r{i};\n")
+    (root / "kernels" / "abs.cpp").write_text("int abs;\n")
+    problem = build_record.problem(str(site))
+    assert "older than its sources" in problem
+    listed = problem.split(": ", 1)[1]
+    assert listed.startswith("kernels/abs.cpp added, generated/"), listed
+    assert "and 2 more since the build" in listed, listed
+
+
 def test_what_the_build_does_not_read_changes_nothing(tree):
     """Docs, tests, pyproject (pytest and release settings), build outputs; and a file
     rewritten with the same bytes (a checkout, `flsdk gen` putting a stub back)."""

@@ -113,6 +113,10 @@ def problem(package_dir, root=None):
     changes = changed_files(record, root)
     if not changes:
         return None
+    # what the vendor wrote (kernels, device.yaml, specs, runtime) first: the
+    # generated files only follow from it
+    generated = ("generated/", f"{record['package']}/_generated/", "tests/generated/")
+    changes.sort(key=lambda change: (change[0].startswith(generated), change[0]))
     shown = ", ".join(f"{rel} {how}" for rel, how in changes[:5])
     more = f" and {len(changes) - 5} more" if len(changes) > 5 else ""
     built_here = os.path.abspath(record["root"]) == root
