@@ -131,7 +131,8 @@ def test_compat_and_reports_surface_a_refusing_backend(monkeypatch):
         torch_fl.check_compat("old")
     reports = {r["name"]: r for r in torch_fl.backend_reports()}
     assert reports["old"] == {"name": "old", "package": "torch_fl_old", "loaded": False,
-                              "error": refusal, "torch_version": "2.1.0", "device_count": 0}
+                              "error": refusal, "torch_version": "2.1.0", "device_count": 0,
+                              "memory_model": "host"}
     assert reports["gone"]["package"] == "torch_fl_gone" and not reports["gone"]["loaded"]
 
 
