@@ -18,6 +18,9 @@ from scaffold import site_env
 pytestmark = pytest.mark.build
 
 
+# Inductor's C++ compile of a model on the scaffold (~45 s): --run-slow; acme's compile
+# tests (examples/acme_backend/tests/test_compile.py) run the same glue in CI.
+@pytest.mark.slow
 def test_scaffold_compiles_a_small_model(zeta_first_build):
     root, site = zeta_first_build
     assert "compile: {codegen: cpp}" in (root / "device.yaml").read_text()

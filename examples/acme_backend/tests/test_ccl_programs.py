@@ -66,6 +66,9 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("acmeccl")
 
 
+# Compiling the program costs ~45 s on two cores: --run-slow (CI keeps acmeccl
+# covered through torch: tests/torch_fl/test_distributed_torchrun.py).
+@pytest.mark.slow
 def test_ccl_program_passes(work: Path, tmp_path: Path):
     exe = build(CCL / "tests" / "test_ccl.cpp", work)
     res = run_program(exe, tmp_path, timeout=240)

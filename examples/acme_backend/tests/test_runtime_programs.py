@@ -188,6 +188,7 @@ def test_runtime_sources_are_torch_free():
         assert not hits, f"{path.name} includes PyTorch headers: {hits}"
 
 
+@pytest.mark.slow  # a cmake configure and build of the runtime alone (~15 s)
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not on PATH")
 def test_runtime_cmake_fragment_builds_pic_library(tmp_path: Path):
     """runtime.cmake defines `acme_runtime`, static and PIC: it links into a
