@@ -323,6 +323,36 @@ def _at(data, path: tuple, default=None):
     return data
 
 
+class _DeviceReader:
+    """One device.yaml being read: its document, the paths free of schema errors,
+    and where meaning errors go (each named by file, line and field)."""
+
+    def __init__(self, doc: Document, schema_errors: list, errors: ErrorCollector):
+        self.doc, self.data, self.errors = doc, doc.data, errors
+        self.clean = _Clean(schema_error.path for schema_error in schema_errors)
+
+    def ok(self, *path) -> bool:
+        """The field is present and free of schema errors (in, above or below it)."""
+        return self.clean(path) and _at(self.data, path, _MISSING) is not _MISSING
+
+    def error(self, path: tuple, message: str, expected: str) -> None:
+        self.errors.add(self.doc.error(path, message, expected))
+
+    def section(self, key: str) -> dict:
+        """A mapping section, or {} when it is absent or not a mapping (the schema said so)."""
+        value = self.data.get(key, {})
+        return value if isinstance(value, dict) else {}
+
+    def size(self, path: tuple, default: int | None = None) -> int:
+        if not self.ok(*path):
+            return default if default is not None else 0
+        try:
+            return parse_size(_at(self.data, path))
+        except SizeError as exc:
+            self.errors.add(self.doc.error(path, exc.message, exc.expected))
+            return default or 1
+
+
 def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | None:
     """Every problem of the file: schema errors, then the meaning checks of every
     field that has no schema error (a typo in one field hides nothing else)."""
@@ -336,128 +366,17 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         errors.add(schema_error)
     if not isinstance(doc.data, dict):
         return None  # the schema (type: object) reported it
-    clean = _Clean(schema_error.path for schema_error in schema_errors)
+    r = _DeviceReader(doc, schema_errors, errors)
     before = len(errors.errors)
-    data = doc.data
-
-    def ok(*path) -> bool:
-        """The field is present and free of schema errors (in, above or below it)."""
-        return clean(path) and _at(data, path, _MISSING) is not _MISSING
-
-    name: str | None = data["name"] if ok("name") else None
-    if name is not None:
-        problem = backend_name_problem(name)
-        if problem:
-            errors.add(doc.error(("name",), problem,
-                                 "lowercase letters and _ (what torch.device accepts), "
-                                 "not a torch device type, torch module or keyword"))
-    upper = (name or "").upper()
-
-    def size(path: tuple, default: int | None = None) -> int:
-        if not ok(*path):
-            return default if default is not None else 0
-        try:
-            return parse_size(_at(data, path))
-        except SizeError as exc:
-            errors.add(doc.error(path, exc.message, exc.expected))
-            return default or 1
-
-    memory = data["memory"] if isinstance(data.get("memory"), dict) else {}
-    capacity = size(("memory", "capacity"))
-    alignment = size(("memory", "alignment"), 512)
-    if alignment & (alignment - 1):
-        errors.add(doc.error(("memory", "alignment"), f"{alignment} is not a power of two", "e.g. 256, 512, 4096"))
-
-    alloc = data.get("allocator", {}) if isinstance(data.get("allocator", {}), dict) else {}
-    round_size = size(("allocator", "round_size"), alignment)
-    max_split = alloc.get("max_split_size", "unlimited") if clean(("allocator", "max_split_size")) else "unlimited"
-    if isinstance(max_split, str) and max_split.strip().lower() == "unlimited":
-        max_split_size = None
-    else:
-        max_split_size = size(("allocator", "max_split_size"))
-    gc = 0.0
-    if ok("allocator", "garbage_collection_threshold"):
-        gc = float(alloc.get("garbage_collection_threshold", 0.0))
-    if not math.isfinite(gc):
-        errors.add(doc.error(("allocator", "garbage_collection_threshold"), f"{gc!r} is not a number",
-                             "a number in [0, 1)"))
-
-    dtypes = tuple(data["dtypes"]) if ok("dtypes") else None
-    amp = tuple(data["amp_dtypes"]) if ok("amp_dtypes") else ()
-    if dtypes is not None:
-        for j, d in enumerate(amp):
-            if d not in dtypes:
-                errors.add(doc.error(("amp_dtypes", j), f"{d!r} is not in dtypes",
-                                     "amp dtypes the device supports"))
-    quant = data.get("quantization", {}) if isinstance(data.get("quantization", {}), dict) else {}
-    qdtypes = tuple(quant["dtypes"]) if ok("quantization", "dtypes") else ()
-    if dtypes is not None:
-        for j, d in enumerate(qdtypes):
-            if d not in dtypes:
-                errors.add(doc.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
-                                     "quantized storage dtypes the device supports"))
-
-    comm = data.get("comm_backend") if ok("comm_backend") else None
-    if comm in BUILTIN_COMM_BACKENDS:
-        errors.add(doc.error(("comm_backend",), f"{comm!r} is a torch.distributed backend already",
-                             f"a name of your own, e.g. {name or 'mychip'}ccl"))
-
-    if ok("collectives") and data.get("collectives") == "native" and not comm:
-        errors.add(doc.error(("collectives",), "`collectives: native` registers the backend's "
-                             "collective library with torch.distributed under `comm_backend`, "
-                             "which is not set",
-                             f"comm_backend: {name or 'mychip'}ccl"))
-
-    native: list[tuple[int, NativeSelection]] = []
-    entries = data.get("native", [])
-    for j, item in enumerate(entries if isinstance(entries, list) else []):
-        if not clean(("native", j)):
-            continue
-        selection = _native_selection(doc, j, item, dtypes, errors)
-        if selection is not None:
-            native.append((j, selection))
-
-    fb = data.get("fallback", {}) if isinstance(data.get("fallback", {}), dict) else {}
-    fallback: list[tuple[str, int, str]] = []
-    for listname in ("deny", "allow"):
-        for j, entry in enumerate(fb.get(listname, []) if ok("fallback", listname) else []):
-            fallback.append((listname, j, entry))
-            if aten.is_custom(entry) and not entry.startswith("aten::"):
-                continue  # vendor ops are checked against the backend's specs by load_backend
-            if not aten.matches_op_or_base(entry):
-                hint = aten.fallback_suggestions(entry)
-                errors.add(doc.error(("fallback", listname, j),
-                                     f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
-                                     "an op overload (add.Tensor) or base name (add)"))
-
-    compile_section = data.get("compile", {"codegen": "none"}) if ok("compile") or "compile" not in data else None
-    if compile_section is not None:
-        if compile_section["codegen"] != "triton":
-            for key in ("triton_backend", "cudagraphs", "autotune"):
-                if key in compile_section:
-                    errors.add(doc.error(("compile", key), f"`{key}` applies to codegen triton only, "
-                                         f"not {compile_section['codegen']}",
-                                         "remove it, or set codegen: triton"))
-        if compile_section["codegen"] == "none" and "channels_last" in compile_section:
-            errors.add(doc.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp "
-                                 "or triton, not none (nothing is compiled)",
-                                 "remove it, or set codegen: cpp or triton"))
-        if compile_section["codegen"] != "cpp" and "sleef_u35" in compile_section:
-            errors.add(doc.error(("compile", "sleef_u35"), "`sleef_u35` applies to codegen cpp only "
-                                 f"(Inductor's C++ kernels), not {compile_section['codegen']}",
-                                 "remove it, or set codegen: cpp"))
-
-    memory_model = memory.get("model", "host") if clean(("memory", "model")) else None
-    primitives = tuple(data.get("runtime_primitives", ())) if clean(("runtime_primitives",)) else None
-    if (compile_section is not None and compile_section["codegen"] == "cpp" and memory_model == "discrete"
-            and primitives is not None and "host_kernels" not in primitives):
-        errors.add(doc.error(("compile", "codegen"),
-                             "codegen cpp makes Inductor's kernels host code, which cannot read the "
-                             "memory of a discrete device (memory.model: discrete) unless the runtime "
-                             "runs host code on a stream with the device's view of its pointers",
-                             "add host_kernels to runtime_primitives (and implement launch_host_kernel "
-                             "and device_view in runtime/adapter.cpp), or use codegen triton or none"))
-
+    name = _read_name(r)
+    capacity, alignment = r.size(("memory", "capacity")), _read_alignment(r)
+    allocator = _read_allocator(r, alignment)
+    dtypes, amp, qdtypes = _read_dtypes(r)
+    _check_comm(r, name)
+    native = _read_native(r, dtypes)
+    fallback = _read_fallback(r)
+    compile_section = _read_compile(r)
+    memory_model, primitives = _read_memory_model_and_primitives(r, compile_section)
     loaded = _LoadedDevice(descriptor=None, doc=doc, name=name, dtypes=dtypes, native=native,
                            fallback=fallback)
     if schema_errors or len(errors.errors) > before:
@@ -466,9 +385,151 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
     # error of its own) has a value; name and dtypes are required by the schema.
     assert name is not None and dtypes is not None and compile_section is not None
     assert memory_model is not None and primitives is not None
+    loaded.descriptor = _descriptor(r, name, capacity, alignment, allocator, dtypes, amp, qdtypes, native,
+                                    compile_section, memory_model, primitives)
+    return loaded
+
+
+def _read_name(r: _DeviceReader) -> str | None:
+    name: str | None = r.data["name"] if r.ok("name") else None
+    if name is not None:
+        problem = backend_name_problem(name)
+        if problem:
+            r.error(("name",), problem, "lowercase letters and _ (what torch.device accepts), "
+                                        "not a torch device type, torch module or keyword")
+    return name
+
+
+def _read_alignment(r: _DeviceReader) -> int:
+    alignment = r.size(("memory", "alignment"), 512)
+    if alignment & (alignment - 1):
+        r.error(("memory", "alignment"), f"{alignment} is not a power of two", "e.g. 256, 512, 4096")
+    return alignment
+
+
+def _read_allocator(r: _DeviceReader, alignment: int) -> dict:
+    """allocator: round_size, max_split_size (None: unlimited) and the GC threshold."""
+    alloc = r.section("allocator")
+    round_size = r.size(("allocator", "round_size"), alignment)
+    max_split = alloc.get("max_split_size", "unlimited") if r.clean(("allocator", "max_split_size")) \
+        else "unlimited"
+    if isinstance(max_split, str) and max_split.strip().lower() == "unlimited":
+        max_split_size = None
+    else:
+        max_split_size = r.size(("allocator", "max_split_size"))
+    gc = 0.0
+    if r.ok("allocator", "garbage_collection_threshold"):
+        gc = float(alloc.get("garbage_collection_threshold", 0.0))
+    if not math.isfinite(gc):
+        r.error(("allocator", "garbage_collection_threshold"), f"{gc!r} is not a number", "a number in [0, 1)")
+    return {"round_size": round_size, "max_split_size": max_split_size, "garbage_collection_threshold": gc}
+
+
+def _read_dtypes(r: _DeviceReader) -> tuple[tuple[str, ...] | None, tuple[str, ...], tuple[str, ...]]:
+    """dtypes (None: the field itself is wrong), amp_dtypes and quantization dtypes,
+    the last two among the first."""
+    dtypes = tuple(r.data["dtypes"]) if r.ok("dtypes") else None
+    amp = tuple(r.data["amp_dtypes"]) if r.ok("amp_dtypes") else ()
+    qdtypes = tuple(r.section("quantization")["dtypes"]) if r.ok("quantization", "dtypes") else ()
+    if dtypes is not None:
+        for j, d in enumerate(amp):
+            if d not in dtypes:
+                r.error(("amp_dtypes", j), f"{d!r} is not in dtypes", "amp dtypes the device supports")
+        for j, d in enumerate(qdtypes):
+            if d not in dtypes:
+                r.error(("quantization", "dtypes", j), f"{d!r} is not in dtypes",
+                        "quantized storage dtypes the device supports")
+    return dtypes, amp, qdtypes
+
+
+def _check_comm(r: _DeviceReader, name: str | None) -> None:
+    comm = r.data.get("comm_backend") if r.ok("comm_backend") else None
+    if comm in BUILTIN_COMM_BACKENDS:
+        r.error(("comm_backend",), f"{comm!r} is a torch.distributed backend already",
+                f"a name of your own, e.g. {name or 'mychip'}ccl")
+    if r.ok("collectives") and r.data.get("collectives") == "native" and not comm:
+        r.error(("collectives",), "`collectives: native` registers the backend's collective library "
+                "with torch.distributed under `comm_backend`, which is not set",
+                f"comm_backend: {name or 'mychip'}ccl")
+
+
+def _read_native(r: _DeviceReader, dtypes: tuple[str, ...] | None) -> list[tuple[int, NativeSelection]]:
+    native: list[tuple[int, NativeSelection]] = []
+    entries = r.data.get("native", [])
+    for j, item in enumerate(entries if isinstance(entries, list) else []):
+        if not r.clean(("native", j)):
+            continue
+        selection = _native_selection(r.doc, j, item, dtypes, r.errors)
+        if selection is not None:
+            native.append((j, selection))
+    return native
+
+
+def _read_fallback(r: _DeviceReader) -> list[tuple[str, int, str]]:
+    """The deny and allow lists' entries, aten ones checked against the installed torch."""
+    fb = r.section("fallback")
+    fallback: list[tuple[str, int, str]] = []
+    for listname in ("deny", "allow"):
+        for j, entry in enumerate(fb.get(listname, []) if r.ok("fallback", listname) else []):
+            fallback.append((listname, j, entry))
+            if aten.is_custom(entry) and not entry.startswith("aten::"):
+                continue  # vendor ops are checked against the backend's specs by load_backend
+            if not aten.matches_op_or_base(entry):
+                hint = aten.fallback_suggestions(entry)
+                r.error(("fallback", listname, j), f"unknown aten op {entry!r}" + (f"; {hint}" if hint else ""),
+                        "an op overload (add.Tensor) or base name (add)")
+    return fallback
+
+
+def _read_compile(r: _DeviceReader) -> dict | None:
+    """The compile section (default codegen none), None when it has a schema error;
+    keys that do not apply to its codegen are errors."""
+    data = r.data
+    section = data.get("compile", {"codegen": "none"}) if r.ok("compile") or "compile" not in data else None
+    if section is None:
+        return None
+    codegen = section["codegen"]
+    if codegen != "triton":
+        for key in ("triton_backend", "cudagraphs", "autotune"):
+            if key in section:
+                r.error(("compile", key), f"`{key}` applies to codegen triton only, not {codegen}",
+                        "remove it, or set codegen: triton")
+    if codegen == "none" and "channels_last" in section:
+        r.error(("compile", "channels_last"), "`channels_last` applies to codegen cpp or triton, not none "
+                "(nothing is compiled)", "remove it, or set codegen: cpp or triton")
+    if codegen != "cpp" and "sleef_u35" in section:
+        r.error(("compile", "sleef_u35"), "`sleef_u35` applies to codegen cpp only (Inductor's C++ kernels), "
+                f"not {codegen}", "remove it, or set codegen: cpp")
+    return section
+
+
+def _read_memory_model_and_primitives(r: _DeviceReader, compile_section: dict | None
+                                      ) -> tuple[str | None, tuple[str, ...] | None]:
+    """memory.model and runtime_primitives (None: the field itself is wrong); Inductor's
+    C++ kernels on a discrete device need host_kernels."""
+    memory_model = r.section("memory").get("model", "host") if r.clean(("memory", "model")) else None
+    primitives = tuple(r.data.get("runtime_primitives", ())) if r.clean(("runtime_primitives",)) else None
+    if (compile_section is not None and compile_section["codegen"] == "cpp" and memory_model == "discrete"
+            and primitives is not None and "host_kernels" not in primitives):
+        r.error(("compile", "codegen"),
+                "codegen cpp makes Inductor's kernels host code, which cannot read the memory of a discrete "
+                "device (memory.model: discrete) unless the runtime runs host code on a stream with the "
+                "device's view of its pointers",
+                "add host_kernels to runtime_primitives (and implement launch_host_kernel and device_view "
+                "in runtime/adapter.cpp), or use codegen triton or none")
+    return memory_model, primitives
+
+
+def _descriptor(r: _DeviceReader, name: str, capacity: int, alignment: int, allocator: dict,
+                dtypes: tuple[str, ...], amp: tuple[str, ...], qdtypes: tuple[str, ...],
+                native: list[tuple[int, NativeSelection]], compile_section: dict, memory_model: str,
+                primitives: tuple[str, ...]) -> DeviceDescriptor:
+    """The descriptor of an error-free file: what was read, the defaults filled in."""
+    data, upper = r.data, name.upper()
+    memory, fb = r.section("memory"), r.section("fallback")
     count = data.get("device_count", {"default": 1})
     units = data.get("compute_units", {"default": 1})
-    loaded.descriptor = DeviceDescriptor(
+    return DeviceDescriptor(
         name=name,
         display_name=data.get("display_name", name),
         device_count_default=int(count["default"]),
@@ -476,15 +537,10 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         memory_capacity=capacity,
         memory_capacity_env=memory.get("capacity_env", f"{upper}_MEMORY_CAPACITY"),
         memory_alignment=alignment,
-        allocator={
-            "round_size": round_size,
-            "max_split_size": max_split_size,
-            "garbage_collection_threshold": gc,
-            "env": alloc.get("env", f"{upper}_ALLOC_CONF"),
-        },
+        allocator=allocator | {"env": r.section("allocator").get("env", f"{upper}_ALLOC_CONF")},
         dtypes=dtypes,
         amp_dtypes=amp,
-        quantization_schemes=tuple(quant.get("schemes", ())),
+        quantization_schemes=tuple(r.section("quantization").get("schemes", ())),
         quantization_dtypes=qdtypes,
         comm_backend=data.get("comm_backend"),
         native=tuple(sel for _, sel in native),
@@ -494,7 +550,7 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
             allow=tuple(fb.get("allow", ())),
             warn_env=fb.get("warn_once_env", f"{upper}_FALLBACK_WARN"),
         ),
-        file=doc.file,
+        file=r.doc.file,
         compile=_compile_config(compile_section, name),
         compute_units=0 if units["default"] == "auto" else int(units["default"]),
         compute_units_env=units.get("env", f"{upper}_COMPUTE_UNITS"),
@@ -504,7 +560,6 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         collectives=Collectives(data.get("collectives", "staged")),
         adapter_versions=dict(data.get("adapter_versions") or {}),
     )
-    return loaded
 
 
 _MISSING = object()
