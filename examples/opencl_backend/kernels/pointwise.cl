@@ -1,0 +1,49 @@
+// Pointwise kernels, float32. The output is contiguous; inputs are strided
+// (operands 1 and 2 of the Layout; stride 0 broadcasts).
+
+__kernel void relu_f32(BUF(float, out), BUF(const float, x), Layout L, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, x)[a];
+  AT(float, out)[i] = v < 0.0f ? 0.0f : v;  // NaN stays NaN, as torch.relu
+}
+
+__kernel void add_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L, ulong n,
+                      float alpha) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] + alpha * AT(const float, y)[b];
+}
+
+__kernel void add_nomul_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L,
+                            ulong n) {
+  // alpha == 1: no multiply, so inf * 1 and NaN behave exactly as the CPU's add.
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] + AT(const float, y)[b];
+}
+
+__kernel void mul_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] * AT(const float, y)[b];
+}
+
+// grad where self > threshold, else 0 (relu's backward with threshold 0).
+__kernel void threshold_backward_f32(BUF(float, out), BUF(const float, grad), BUF(const float, self),
+                                     Layout L, ulong n, float threshold) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float s = AT(const float, self)[b];
+  AT(float, out)[i] = s <= threshold ? 0.0f : AT(const float, grad)[a];
+}

@@ -1,0 +1,82 @@
+// Host parts of the pointwise kernels (device parts: kernels/pointwise.cl).
+// float32 only (device.yaml narrows these ops): other dtypes never reach them.
+#include "kernels.h"
+
+#include <ATen/ops/empty.h>
+
+#include "ocl_kernel.h"
+
+namespace ocl::kernels {
+namespace {
+
+// A 0-dim CPU tensor (a wrapped Python number) lives in host memory: its value
+// goes to the kernel as an argument, never through a device address.
+bool host_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
+
+at::Tensor binary(const char* op, const char* kernel, const at::Tensor& self, const at::Tensor& other,
+                  const float* alpha) {
+  if (host_scalar(other) || host_scalar(self)) {
+    // x + 2, 2 * x: make the scalar a one-element device tensor broadcast by stride 0.
+    const at::Tensor& dev = host_scalar(other) ? self : other;
+    at::Tensor moved = (host_scalar(other) ? other : self).to(dev.options());
+    return host_scalar(other) ? binary(op, kernel, self, moved, alpha) : binary(op, kernel, moved, other, alpha);
+  }
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), other.sizes());
+  at::Tensor out = at::empty(shape, self.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = broadcast_layout(op, shape, {&self, &other});
+  const int device = out.device().index();
+  if (alpha)
+    launch(op, device, "kernels/pointwise.cl", kernel, runtime::Range1D(n),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+            runtime::buffer_arg(other.const_data_ptr()), runtime::value_arg(L),
+            runtime::value_arg<std::uint64_t>(n), runtime::value_arg(*alpha)});
+  else
+    launch(op, device, "kernels/pointwise.cl", kernel, runtime::Range1D(n),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+            runtime::buffer_arg(other.const_data_ptr()), runtime::value_arg(L),
+            runtime::value_arg<std::uint64_t>(n)});
+  return out;
+}
+
+}  // namespace
+
+at::Tensor k_relu(const at::Tensor & self) {
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = broadcast_layout("relu", self.sizes(), {&self});
+  launch("relu", out.device().index(), "kernels/pointwise.cl", "relu_f32", runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+          runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n)});
+  return out;
+}
+
+at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, const at::Scalar & alpha) {
+  if (alpha.toDouble() == 1.0) return binary("add.Tensor", "add_nomul_f32", self, other, nullptr);
+  const float a = alpha.toFloat();
+  return binary("add.Tensor", "add_f32", self, other, &a);
+}
+
+at::Tensor k_mul_Tensor(const at::Tensor & self, const at::Tensor & other) {
+  return binary("mul.Tensor", "mul_f32", self, other, nullptr);
+}
+
+at::Tensor k_threshold_backward(const at::Tensor & grad_output, const at::Tensor & self,
+                                const at::Scalar & threshold) {
+  const float t = threshold.toFloat();
+  const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), self.sizes());
+  at::Tensor out = at::empty(shape, grad_output.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = broadcast_layout("threshold_backward", shape, {&grad_output, &self});
+  launch("threshold_backward", out.device().index(), "kernels/pointwise.cl", "threshold_backward_f32",
+         runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(grad_output.const_data_ptr()),
+          runtime::buffer_arg(self.const_data_ptr()), runtime::value_arg(L),
+          runtime::value_arg<std::uint64_t>(n), runtime::value_arg(t)});
+  return out;
+}
+
+}  // namespace ocl::kernels
