@@ -22,7 +22,7 @@ from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
 from .glue import GLUE_HOOK_KERNELS, GLUE_KERNELS, GLUE_OPS, GLUE_OVERRIDES
-from .kernel_scan import STUB_MARKER, KernelScan
+from .kernel_scan import STUB_MARKER, KernelScan, scan_device_sources
 
 
 # The C++ files of generated/, plus the registration shards (register_shard_count);
@@ -55,6 +55,9 @@ STATIC_GLUE = frozenset({
     "memory_history.cpp",
     "adapter_contract.h", "adapter_contract.cpp",
 })
+# Static glue written only for a backend with kernels in a device language
+# (device.yaml device_code): the lookup of generated/device_sources.cpp.
+DEVICE_CODE_GLUE = ("device_sources.h",)
 # Build tools copied the same way: the post-link symbol check of sources.cmake and
 # the progress lines a build prints on the terminal.
 STATIC_TOOLS = ("check_symbols.py", "build_progress.py")
@@ -554,6 +557,8 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
             "_scaled_dot_product_fused_attention_overrideable_backward"} <= set(registered) else "false",
         "autocast": autocast.template_values(backend.ops),
         "kernel_sources": scan.compiled_files,
+        "device_code_suffixes": list(d.device_code_suffixes),
+        "device_code_language": d.device_code_language,
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
         "native_ops_py": pprint.pformat(native, width=100),
         # one line per op (hundreds of them): greppable, and gen's diffs stay small
@@ -574,6 +579,13 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
                else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
                for name in GENERATED_CPP]
+    # Kernels in the device's language (device.yaml device_code): embedded for the
+    # driver's compiler, generated only for a backend that has such kernels.
+    if d.device_code_suffixes:
+        device_sources = scan_device_sources(backend.root, d.device_code_suffixes)
+        outputs += [Output(name, f"generated/{name}", {}, static=True) for name in DEVICE_CODE_GLUE]
+        outputs.append(Output("cpp/device_sources.cpp.j2", "generated/device_sources.cpp",
+                              {"device_sources": device_sources}))
     shards = register_shard_count(len(wrappers) + len(custom_wrappers))
     registrations: dict[str, dict[str, str]] = {}
     for shard in range(shards):
@@ -591,8 +603,12 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
         outputs.append(Output("cpp/register_kernels_shard.cpp.j2", path,
                               {"shard": shard, "shards": shards, "empty": not (mine or mine_custom), "wrappers": mine,
                                "custom_wrappers": mine_custom, "kernels": kernels}))
+    # device_sources.cpp is the runtime's (it needs no torch): sources.cmake names it
+    # FLSDK_DEVICE_SOURCES for runtime/runtime.cmake, apart from the glue.
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
-                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
+                              if out.path.startswith("generated/") and out.path.endswith(".cpp")
+                              and out.path != "generated/device_sources.cpp"]
+    values["device_sources_cpp"] = bool(d.device_code_suffixes)
     values["glue_unity_groups"] = [
         {"name": name, "files": [f for f in files if f in values["glue_sources"]]}
         for name, files in GLUE_UNITY_GROUPS.items()]

@@ -474,6 +474,8 @@ def _load_device(path: str | Path, errors: ErrorCollector) -> _LoadedDevice | No
         kernel_launch=data.get("kernel_launch", "inline"),
         runtime_primitives=primitives,
         collectives=data.get("collectives", "staged"),
+        device_code_suffixes=tuple((data.get("device_code") or {}).get("suffixes", ())),
+        device_code_language=(data.get("device_code") or {}).get("language", ""),
         adapter_versions=dict(data.get("adapter_versions") or {}),
     )
     return loaded

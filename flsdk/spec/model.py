@@ -122,6 +122,10 @@ class DeviceDescriptor:
     kernel_launch: str = "inline"    # "inline" (kernels run in the calling thread) | "stream" (they queue)
     runtime_primitives: tuple[str, ...] = ()  # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
     collectives: str = "staged"      # "native" (ccl_adapter.h over the vendor's library) | "staged" (gloo)
+    # device.yaml device_code: kernels in a language the driver compiles at run time
+    # (OpenCL C): the suffixes of their files under kernels/, embedded by flsdk gen
+    device_code_suffixes: tuple[str, ...] = ()
+    device_code_language: str = ""
     # adapter key ("runtime", "ccl") -> "MAJOR.MINOR" of the header its adapter was written
     # for (device.yaml adapter_versions; absent keys: unrecorded, flsdk.spec.adapter_versions)
     adapter_versions: dict[str, str] = field(default_factory=dict)
