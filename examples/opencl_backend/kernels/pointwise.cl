@@ -47,3 +47,65 @@ __kernel void threshold_backward_f32(BUF(float, out), BUF(const float, grad), BU
   const float s = AT(const float, self)[b];
   AT(float, out)[i] = s <= threshold ? 0.0f : AT(const float, grad)[a];
 }
+
+// out = x - alpha * y
+__kernel void sub_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L, ulong n,
+                      float alpha) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] - alpha * AT(const float, y)[b];
+}
+
+__kernel void sub_nomul_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L,
+                            ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] - AT(const float, y)[b];
+}
+
+__kernel void div_f32(BUF(float, out), BUF(const float, x), BUF(const float, y), Layout L, ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const float, x)[a] / AT(const float, y)[b];
+}
+
+// Unary ops over one strided input (operand 1 of the Layout).
+#define UNARY(name, expr)                                                              \
+  __kernel void name(BUF(float, out), BUF(const float, x), Layout L, ulong n) {        \
+    const ulong i = get_global_id(0);                                                  \
+    if (i >= n) return;                                                                \
+    long o, a, b;                                                                      \
+    layout_offsets(&L, i, &o, &a, &b);                                                 \
+    const float v = AT(const float, x)[a];                                             \
+    AT(float, out)[i] = (expr);                                                        \
+  }
+UNARY(neg_f32, -v)
+UNARY(exp_f32, exp(v))
+UNARY(tanh_f32, tanh(v))
+UNARY(sigmoid_f32, 1.0f / (1.0f + exp(-v)))
+
+// x ** e, with the exponents the CPU computes exactly by multiplication or sqrt
+// special-cased as it does (pow(x, 2) is x * x there, not exp(2 log x)).
+__kernel void pow_scalar_f32(BUF(float, out), BUF(const float, x), Layout L, ulong n, float e) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, x)[a];
+  float r;
+  if (e == 2.0f) r = v * v;
+  else if (e == 3.0f) r = v * v * v;
+  else if (e == 1.0f) r = v;
+  else if (e == 0.5f) r = sqrt(v);
+  else if (e == -1.0f) r = 1.0f / v;
+  else if (e == -2.0f) r = 1.0f / (v * v);
+  else if (e == 0.0f) r = 1.0f;
+  else r = pow(v, e);
+  AT(float, out)[i] = r;
+}

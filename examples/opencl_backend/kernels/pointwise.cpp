@@ -40,17 +40,46 @@ at::Tensor binary(const char* op, const char* kernel, const at::Tensor& self, co
   return out;
 }
 
-}  // namespace
-
-at::Tensor k_relu(const at::Tensor & self) {
+// A contiguous result of `kernel` over one strided input; `extra`: a float
+// argument after the element count (pow's exponent).
+at::Tensor unary(const char* op, const char* kernel, const at::Tensor& self, const float* extra = nullptr) {
   at::Tensor out = at::empty(self.sizes(), self.options());
   const int64_t n = out.numel();
   if (n == 0) return out;
-  const runtime::Layout L = broadcast_layout("relu", self.sizes(), {&self});
-  launch("relu", out.device().index(), "kernels/pointwise.cl", "relu_f32", runtime::Range1D(n),
-         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
-          runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n)});
+  const runtime::Layout L = broadcast_layout(op, self.sizes(), {&self});
+  if (extra)
+    launch(op, out.device().index(), "kernels/pointwise.cl", kernel, runtime::Range1D(n),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+            runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n), runtime::value_arg(*extra)});
+  else
+    launch(op, out.device().index(), "kernels/pointwise.cl", kernel, runtime::Range1D(n),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+            runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n)});
   return out;
+}
+
+}  // namespace
+
+at::Tensor k_relu(const at::Tensor & self) { return unary("relu", "relu_f32", self); }
+at::Tensor k_neg(const at::Tensor & self) { return unary("neg", "neg_f32", self); }
+at::Tensor k_exp(const at::Tensor & self) { return unary("exp", "exp_f32", self); }
+at::Tensor k_tanh(const at::Tensor & self) { return unary("tanh", "tanh_f32", self); }
+at::Tensor k_sigmoid(const at::Tensor & self) { return unary("sigmoid", "sigmoid_f32", self); }
+
+at::Tensor k_pow_Tensor_Scalar(const at::Tensor & self, const at::Scalar & exponent) {
+  // A float32 tensor to a number: the result stays float32 (the wrapper routed only float32).
+  const float e = exponent.toFloat();
+  return unary("pow.Tensor_Scalar", "pow_scalar_f32", self, &e);
+}
+
+at::Tensor k_sub_Tensor(const at::Tensor & self, const at::Tensor & other, const at::Scalar & alpha) {
+  if (alpha.toDouble() == 1.0) return binary("sub.Tensor", "sub_nomul_f32", self, other, nullptr);
+  const float a = alpha.toFloat();
+  return binary("sub.Tensor", "sub_f32", self, other, &a);
+}
+
+at::Tensor k_div_Tensor(const at::Tensor & self, const at::Tensor & other) {
+  return binary("div.Tensor", "div_f32", self, other, nullptr);
 }
 
 at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, const at::Scalar & alpha) {

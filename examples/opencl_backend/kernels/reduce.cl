@@ -6,7 +6,8 @@
 #define REDUCE_GROUP 64
 
 __kernel __attribute__((reqd_work_group_size(REDUCE_GROUP, 1, 1)))
-void sum_rows_f32(BUF(float, out), BUF(const float, in), ulong rows, ulong cols) {
+void sum_rows_f32(BUF(float, out), BUF(const float, in), ulong rows, ulong cols, float scale,
+                  int scaled) {
   __local float partial[REDUCE_GROUP];
   const ulong row = get_group_id(0);
   const uint lid = get_local_id(0);
@@ -21,5 +22,6 @@ void sum_rows_f32(BUF(float, out), BUF(const float, in), ulong rows, ulong cols)
     if (lid < step) partial[lid] += partial[lid + step];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (lid == 0 && row < rows) AT(float, out)[row] = partial[0];
+  // mean: the sum divided by the count (scale = cols), as the CPU divides.
+  if (lid == 0 && row < rows) AT(float, out)[row] = scaled ? partial[0] / scale : partial[0];
 }

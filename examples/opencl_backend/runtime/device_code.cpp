@@ -25,7 +25,9 @@ using namespace detail;
 // Every program starts with this embedded source (its helpers and Layout).
 constexpr const char* kPrelude = "kernels/prelude.cl";
 // OpenCL C 1.2: what every OpenCL 1.2+ driver compiles.
-constexpr const char* kBuildOptions = "-cl-std=CL1.2";
+// Correctly rounded float division and sqrt, as the CPU computes them (OpenCL
+// allows 2.5 ulp otherwise).
+constexpr const char* kBuildOptions = "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt";
 
 struct Kernel {
   std::mutex mutex;  // clSetKernelArg + enqueue are one step per kernel object
