@@ -109,3 +109,24 @@ __kernel void pow_scalar_f32(BUF(float, out), BUF(const float, x), Layout L, ulo
   else r = pow(v, e);
   AT(float, out)[i] = r;
 }
+
+// Backward of tanh and sigmoid from their output y: grad * (1 - y^2), grad * (1 - y) * y.
+__kernel void tanh_backward_f32(BUF(float, out), BUF(const float, grad), BUF(const float, y), Layout L,
+                                ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, y)[b];
+  AT(float, out)[i] = AT(const float, grad)[a] * (1.0f - v * v);
+}
+
+__kernel void sigmoid_backward_f32(BUF(float, out), BUF(const float, grad), BUF(const float, y), Layout L,
+                                   ulong n) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, y)[b];
+  AT(float, out)[i] = AT(const float, grad)[a] * (1.0f - v) * v;
+}

@@ -78,6 +78,14 @@ at::Tensor k_sub_Tensor(const at::Tensor & self, const at::Tensor & other, const
   return binary("sub.Tensor", "sub_f32", self, other, &a);
 }
 
+at::Tensor k_tanh_backward(const at::Tensor & grad_output, const at::Tensor & output) {
+  return binary("tanh_backward", "tanh_backward_f32", grad_output, output, nullptr);
+}
+
+at::Tensor k_sigmoid_backward(const at::Tensor & grad_output, const at::Tensor & output) {
+  return binary("sigmoid_backward", "sigmoid_backward_f32", grad_output, output, nullptr);
+}
+
 at::Tensor k_div_Tensor(const at::Tensor & self, const at::Tensor & other) {
   return binary("div.Tensor", "div_f32", self, other, nullptr);
 }

@@ -8,6 +8,10 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -42,6 +46,46 @@ cl_command_queue g_map_queue = nullptr;  // maps pinned blocks without waiting b
 // Fault injection (flsdk readiness): malloc failure rate, a lost device.
 std::atomic<double> g_fault_malloc{0.0};
 std::atomic<int> g_lost_device{-1};
+
+// Slow device: held barriers (user events) and the time each may open; the
+// delay is the same for all, so the deadlines come in order. Never destroyed:
+// the timer thread waits on the condition variable until the process ends, and
+// destroying a condition variable something waits on blocks exit.
+std::atomic<std::uint64_t> g_slow_us{0};
+struct SlowDevice {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, cl_event>> held;
+  bool thread_started = false;
+};
+SlowDevice& slow_state() {
+  static SlowDevice* state = new SlowDevice;
+  return *state;
+}
+
+void slow_thread() {
+  SlowDevice& st = slow_state();
+  std::unique_lock lock(st.mutex);
+  for (;;) {
+    st.cv.wait(lock, [&] { return !st.held.empty(); });
+    auto [when, event] = st.held.front();
+    st.cv.wait_until(lock, when, [] { return false; });  // new arrivals open later
+    st.held.pop_front();
+    lock.unlock();
+    driver::cl->clSetUserEventStatus(event, CL_COMPLETE);
+    driver::cl->clReleaseEvent(event);
+    lock.lock();
+  }
+}
+
+bool parse_microseconds(const char* text, std::uint64_t* out) {
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (*end != '\0' || text[0] == '-' || v > 10'000'000ULL) return false;
+  *out = v;
+  return true;
+}
 
 cl_command_queue make_queue(cl_device_id id, cl_int* rc) {
   // Profiling on: event_elapsed_ms reads the markers' timestamps.
@@ -82,6 +126,27 @@ Status check_device(int device) {
 
 Queue* queue_of(int device, Stream stream) {
   return stream ? static_cast<Queue*>(stream) : &g_devices[device].default_queue;
+}
+
+void hold_back(Queue* q) {
+  const std::uint64_t us = g_slow_us.load(std::memory_order_relaxed);
+  if (!us) return;
+  cl_int rc = CL_SUCCESS;
+  cl_event gate = driver::cl->clCreateUserEvent(driver::get().context, &rc);
+  if (rc != CL_SUCCESS) return;  // a debugging aid: without it the work just runs
+  if (driver::cl->clEnqueueBarrierWithWaitList(q->queue, 1, &gate, nullptr) != CL_SUCCESS) {
+    driver::cl->clSetUserEventStatus(gate, CL_COMPLETE);
+    driver::cl->clReleaseEvent(gate);
+    return;
+  }
+  SlowDevice& st = slow_state();
+  std::lock_guard lock(st.mutex);
+  if (!st.thread_started) {
+    std::thread(slow_thread).detach();
+    st.thread_started = true;
+  }
+  st.held.emplace_back(std::chrono::steady_clock::now() + std::chrono::microseconds(us), gate);
+  st.cv.notify_one();
 }
 
 void queued(Queue* q, cl_event event) {
@@ -130,6 +195,12 @@ bool pinned_buffer(const void* host, std::size_t bytes, cl_mem* mem, std::size_t
 using namespace detail;
 
 Status init(const DeviceConfig& config) {
+  if (const char* slow = std::getenv("OCL_SLOW_DEVICE"); slow && *slow) {
+    std::uint64_t us = 0;
+    if (!parse_microseconds(slow, &us))
+      return fail(Status::InvalidValue, std::string("OCL_SLOW_DEVICE=") + slow + ": expected microseconds, 0..10000000");
+    g_slow_us = us;
+  }
   std::string error;
   if (!driver::load(config.device_count, &error)) return fail(Status::Error, error);
   const driver::Driver& drv = driver::get();
@@ -250,6 +321,7 @@ Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int 
   std::size_t doff = 0, soff = 0;
   cl_int rc = CL_SUCCESS;
   cl_event done = nullptr;
+  if (kind != CopyKind::HostToHost) hold_back(queue);
   switch (kind) {
     case CopyKind::HostToDevice:
       if (!resolve(device, dst, bytes, "memcpy: the destination", &dmem, &doff)) return Status::InvalidValue;
@@ -494,6 +566,13 @@ Status set_option(const char* key, const char* value) {
     g_fault_malloc = rate;
     return Status::Ok;
   }
+  if (k == "slow_device") {
+    std::uint64_t us = 0;
+    if (!parse_microseconds(v.c_str(), &us))
+      return fail(Status::InvalidValue, "slow_device=" + v + ": expected microseconds, 0..10000000");
+    g_slow_us = us;
+    return Status::Ok;
+  }
   if (k == "device_lost") {
     if (v == "none") {
       g_lost_device = -1;
@@ -507,7 +586,7 @@ Status set_option(const char* key, const char* value) {
     return Status::Ok;
   }
   return fail(Status::InvalidValue, "unknown runtime option '" + k +
-                                        "' (known: fault_malloc, device_lost; read-only: driver, "
+                                        "' (known: slow_device, fault_malloc, device_lost; read-only: driver, "
                                         "platform, device_name, driver_version, runtime_version, "
                                         "svm, kernel_cache)");
 }
@@ -515,6 +594,7 @@ Status set_option(const char* key, const char* value) {
 std::string get_option(const char* key) {
   const std::string k = key ? key : "";
   const driver::Driver& drv = driver::get();
+  if (k == "slow_device") return std::to_string(g_slow_us.load());
   if (k == "fault_malloc") return std::to_string(g_fault_malloc.load());
   if (k == "device_lost") return g_lost_device < 0 ? "none" : std::to_string(g_lost_device.load());
   if (k == "driver") return drv.library;
@@ -550,6 +630,7 @@ Status memset(void* dst, int value, std::size_t bytes, int device, Stream stream
   const cl_uchar pattern = static_cast<cl_uchar>(value);
   Queue* queue = queue_of(device, stream);
   cl_event done = nullptr;
+  hold_back(queue);
   cl_int rc = driver::cl->clEnqueueFillBuffer(queue->queue, mem, &pattern, 1, off, bytes, 0, nullptr, &done);
   if (rc != CL_SUCCESS) return cl_fail("clEnqueueFillBuffer", rc, device);
   queued(queue, done);

@@ -252,6 +252,7 @@ Status launch(int device, Stream stream, const std::string& name, const std::str
                                             std::to_string(index - 1) + ") failed: " + driver::error_name(rc));
   }
   cl_event done = nullptr;
+  hold_back(queue);
   rc = driver::cl->clEnqueueNDRangeKernel(queue->queue, kernel->kernel, range.dims, nullptr, global,
                                           has_local ? local : nullptr, 0, nullptr, &done);
   if (rc != CL_SUCCESS)

@@ -74,6 +74,12 @@ Status cl_fail(const char* call, cl_int rc, int device);
 Status check_device(int device);
 
 Queue* queue_of(int device, Stream stream);
+// The slow device (option slow_device, OCL_SLOW_DEVICE=<microseconds>): queues
+// on `q`, before the command about to be queued, a barrier that a timer thread
+// opens that long later, so a missing wait or a by-reference capture in a
+// kernel's host part gives a wrong answer instead of passing by luck. Nothing
+// when the option is 0 (one relaxed load).
+void hold_back(Queue* q);
 // Takes over `event`, the event of the command just queued on `q`, as its last,
 // and hands the command to the device (clFlush).
 void queued(Queue* q, cl_event event);
