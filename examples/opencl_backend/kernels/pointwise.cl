@@ -130,3 +130,26 @@ __kernel void sigmoid_backward_f32(BUF(float, out), BUF(const float, grad), BUF(
   const float v = AT(const float, y)[b];
   AT(float, out)[i] = AT(const float, grad)[a] * (1.0f - v) * v;
 }
+
+// A tensor with a number from the host (x + 2, 0.5 * x, x / 3): the number is a
+// kernel argument, so nothing is copied to the device and nobody waits.
+// code: 0 x + alpha*s, 1 x - alpha*s, 2 x * s, 3 x / s, 4 s - alpha*x (rsub-like,
+// when the number came first in sub), 5 s / x; alpha_one: skip the multiply.
+__kernel void scalar_op_f32(BUF(float, out), BUF(const float, x), Layout L, ulong n, float s,
+                            float alpha, int code, int alpha_one) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, x)[a];
+  float r;
+  switch (code) {
+    case 0: r = alpha_one ? v + s : v + alpha * s; break;
+    case 1: r = alpha_one ? v - s : v - alpha * s; break;
+    case 2: r = v * s; break;
+    case 3: r = v / s; break;
+    case 4: r = alpha_one ? s - v : s - alpha * v; break;
+    default: r = s / v; break;
+  }
+  AT(float, out)[i] = r;
+}

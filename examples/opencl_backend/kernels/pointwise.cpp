@@ -4,6 +4,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <string>
+
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -16,10 +18,32 @@ bool host_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() ==
 at::Tensor binary(const char* op, const char* kernel, const at::Tensor& self, const at::Tensor& other,
                   const float* alpha) {
   if (host_scalar(other) || host_scalar(self)) {
-    // x + 2, 2 * x: make the scalar a one-element device tensor broadcast by stride 0.
-    const at::Tensor& dev = host_scalar(other) ? self : other;
-    at::Tensor moved = (host_scalar(other) ? other : self).to(dev.options());
-    return host_scalar(other) ? binary(op, kernel, self, moved, alpha) : binary(op, kernel, moved, other, alpha);
+    // x + 2, 2 * x: the number goes to the kernel as an argument (a copy to the
+    // device would make the host wait for it).
+    const bool first = host_scalar(self);
+    const at::Tensor& dev = first ? other : self;
+    const float value = (first ? self : other).item().toFloat();
+    const std::string k = kernel;
+    int code = k.rfind("add", 0) == 0 ? 0 : k.rfind("sub", 0) == 0 ? 1 : k.rfind("mul", 0) == 0 ? 2
+             : k.rfind("div", 0) == 0 ? 3 : -1;
+    if (first && code == 1) code = 4;        // s - alpha * x
+    else if (first && code == 3) code = 5;   // s / x
+    if (code < 0 || (first && code == 0 && alpha)) {
+      // other ops, and s + alpha * x (not x + alpha * s): a one-element device
+      // tensor broadcast by stride 0
+      at::Tensor moved = (first ? self : other).to(dev.options());
+      return first ? binary(op, kernel, moved, other, alpha) : binary(op, kernel, self, moved, alpha);
+    }
+    at::Tensor out = at::empty(dev.sizes(), dev.options());
+    const int64_t n = out.numel();
+    if (n == 0) return out;
+    const runtime::Layout L = broadcast_layout(op, dev.sizes(), {&dev});
+    launch(op, out.device().index(), "kernels/pointwise.cl", "scalar_op_f32", runtime::Range1D(n),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(dev.const_data_ptr()), runtime::value_arg(L),
+            runtime::value_arg<std::uint64_t>(n), runtime::value_arg(value),
+            runtime::value_arg(alpha ? *alpha : 1.0f), runtime::value_arg<std::int32_t>(code),
+            runtime::value_arg<std::int32_t>(alpha ? 0 : 1)});
+    return out;
   }
   const std::vector<int64_t> shape = at::infer_size(self.sizes(), other.sizes());
   at::Tensor out = at::empty(shape, self.options());
