@@ -31,7 +31,10 @@ at::Tensor forward(const char* op, const at::Tensor& self, int64_t dim, bool hal
   if (nd == 0) {  // one element: softmax 1, log_softmax 0 (NaN stays NaN through the kernel)
     at::Tensor out = at::empty({1}, self.options());
     at::Tensor in = self.reshape({1});
-    launch(op, out.device().index(), "kernels/softmax.cl", "softmax_rows_f32", runtime::Range1D(kGroup),
+    runtime::Range one;
+    one.global[0] = kGroup;
+    one.local[0] = kGroup;  // the kernel requires its work-group size
+    launch(op, out.device().index(), "kernels/softmax.cl", "softmax_rows_f32", one,
            {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(in.const_data_ptr()),
             runtime::value_arg<std::uint64_t>(1), runtime::value_arg<std::int32_t>(log ? 1 : 0)});
     return out.reshape({});
@@ -50,7 +53,9 @@ at::Tensor forward(const char* op, const at::Tensor& self, int64_t dim, bool hal
            {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(in.const_data_ptr()),
             runtime::value_arg<std::uint64_t>(cols), runtime::value_arg<std::int32_t>(log ? 1 : 0)});
   }
-  return out.permute(inverse);
+  // Contiguous, as the CPU's result (a permuted view would reach other kernels,
+  // and CPU fallbacks that require contiguous inputs, as a strided tensor).
+  return d == nd - 1 ? out : out.permute(inverse).contiguous();
 }
 
 at::Tensor backward(const char* op, const at::Tensor& grad, const at::Tensor& output, int64_t dim,
@@ -84,7 +89,8 @@ at::Tensor backward(const char* op, const at::Tensor& grad, const at::Tensor& ou
             runtime::buffer_arg(o.const_data_ptr()), runtime::value_arg<std::uint64_t>(cols),
             runtime::value_arg<std::int32_t>(log ? 1 : 0)});
   }
-  return nd ? out.permute(inverse) : out.reshape({});
+  if (nd == 0) return out.reshape({});
+  return d == nd - 1 ? out : out.permute(inverse).contiguous();
 }
 
 }  // namespace

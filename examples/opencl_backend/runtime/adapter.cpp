@@ -42,6 +42,7 @@ std::vector<std::set<Queue*>> g_queues;
 std::mutex g_pinned_mutex;
 std::map<std::uintptr_t, std::pair<cl_mem, std::size_t>> g_pinned;
 cl_command_queue g_map_queue = nullptr;  // maps pinned blocks without waiting behind compute
+std::mutex g_map_mutex;                  // one map/unmap at a time (see Queue::finish_mutex)
 
 // Fault injection (flsdk readiness): malloc failure rate, a lost device.
 std::atomic<double> g_fault_malloc{0.0};
@@ -126,6 +127,11 @@ Status check_device(int device) {
 
 Queue* queue_of(int device, Stream stream) {
   return stream ? static_cast<Queue*>(stream) : &g_devices[device].default_queue;
+}
+
+cl_int finish(Queue* q) {
+  std::lock_guard lock(q->finish_mutex);
+  return driver::cl->clFinish(q->queue);
 }
 
 void hold_back(Queue* q) {
@@ -354,7 +360,7 @@ Status memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int 
     }
     case CopyKind::HostToHost:
       // Ordered after the stream's work: wait for it, then copy on the host.
-      rc = driver::cl->clFinish(q);
+      rc = finish(queue);
       if (rc != CL_SUCCESS) return cl_fail("clFinish", rc, device);
       std::memmove(dst, src, bytes);
       return Status::Ok;
@@ -375,7 +381,7 @@ Status memcpy_peer(void* dst, int dst_device, const void* src, int src_device, s
   cl_command_queue q = g_devices[src_device].default_queue.queue;  // finished below: no last event
   cl_int rc = driver::cl->clEnqueueCopyBuffer(q, smem, dmem, soff, doff, bytes, 0, nullptr, nullptr);
   if (rc != CL_SUCCESS) return cl_fail("clEnqueueCopyBuffer", rc, src_device);
-  rc = driver::cl->clFinish(q);  // complete when it returns (the contract)
+  rc = finish(&g_devices[src_device].default_queue);  // complete when it returns (the contract)
   if (rc != CL_SUCCESS) return cl_fail("clFinish", rc, src_device);
   return Status::Ok;
 }
@@ -401,11 +407,11 @@ Status stream_create(int device, Stream* stream) {
 Status stream_destroy(int device, Stream stream) {
   if (!stream) return Status::Ok;
   auto* q = static_cast<Queue*>(stream);
-  {
-    std::lock_guard lock(g_queues_mutex);
-    g_queues[device].erase(q);
-  }
-  driver::cl->clFinish(q->queue);
+  // Under the registry's lock: device_synchronize finishes the registered
+  // queues under it too, so it never finishes a queue being released.
+  std::lock_guard lock(g_queues_mutex);
+  g_queues[device].erase(q);
+  finish(q);
   if (q->last) driver::cl->clReleaseEvent(q->last);
   driver::cl->clReleaseCommandQueue(q->queue);
   delete q;
@@ -414,7 +420,7 @@ Status stream_destroy(int device, Stream stream) {
 
 Status stream_synchronize(int device, Stream stream) {
   if (auto s = check_device(device); s != Status::Ok) return s;
-  cl_int rc = driver::cl->clFinish(queue_of(device, stream)->queue);
+  cl_int rc = finish(queue_of(device, stream));
   if (rc != CL_SUCCESS) return cl_fail("clFinish", rc, device);
   return Status::Ok;
 }
@@ -540,13 +546,11 @@ Status event_elapsed_ms(Event start, Event end, float* ms) {
 
 Status device_synchronize(int device) {
   if (auto s = check_device(device); s != Status::Ok) return s;
-  std::vector<cl_command_queue> queues{g_devices[device].default_queue.queue};  // and the created ones:
-  {
-    std::lock_guard lock(g_queues_mutex);
-    for (Queue* q : g_queues[device]) queues.push_back(q->queue);
-  }
-  for (cl_command_queue q : queues)
-    if (cl_int rc = driver::cl->clFinish(q); rc != CL_SUCCESS) return cl_fail("clFinish", rc, device);
+  if (cl_int rc = finish(&g_devices[device].default_queue); rc != CL_SUCCESS) return cl_fail("clFinish", rc, device);
+  // The created streams, held registered (not destroyed) while they finish.
+  std::lock_guard lock(g_queues_mutex);
+  for (Queue* q : g_queues[device])
+    if (cl_int rc = finish(q); rc != CL_SUCCESS) return cl_fail("clFinish", rc, device);
   return Status::Ok;
 }
 
@@ -646,6 +650,7 @@ Status host_alloc(std::size_t bytes, void** ptr) {
   cl_mem mem = driver::cl->clCreateBuffer(driver::get().context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
                                           bytes ? bytes : 1, nullptr, &rc);
   if (rc != CL_SUCCESS) return cl_fail("clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", rc, 0);
+  std::unique_lock map_lock(g_map_mutex);
   void* host = driver::cl->clEnqueueMapBuffer(g_map_queue, mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
                                               bytes ? bytes : 1, 0, nullptr, nullptr, &rc);
   if (rc != CL_SUCCESS) {
@@ -659,6 +664,7 @@ Status host_alloc(std::size_t bytes, void** ptr) {
     return fail(Status::Error, "host_alloc: the driver mapped pinned memory at an address not aligned "
                                "to 64 bytes");
   }
+  map_lock.unlock();
   std::lock_guard lock(g_pinned_mutex);
   g_pinned[reinterpret_cast<std::uintptr_t>(host)] = {mem, bytes ? bytes : 1};
   *ptr = host;
@@ -674,6 +680,7 @@ Status host_free(void* ptr) {
     mem = it->second.first;
     g_pinned.erase(it);
   }
+  std::lock_guard map_lock(g_map_mutex);
   driver::cl->clEnqueueUnmapMemObject(g_map_queue, mem, ptr, 0, nullptr, nullptr);
   driver::cl->clFinish(g_map_queue);
   driver::cl->clReleaseMemObject(mem);

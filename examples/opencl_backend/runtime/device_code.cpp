@@ -204,6 +204,24 @@ Status find_kernel(int device, const std::string& name, const std::string* gener
   return Status::Ok;
 }
 
+// One small buffer per device, for the buffer arguments of empty tensors.
+Status dummy_buffer(int device, cl_mem* out) {
+  static std::mutex mutex;
+  static std::map<int, cl_mem> buffers;
+  std::lock_guard lock(mutex);
+  cl_mem& mem = buffers[device];
+  if (!mem) {
+    cl_int rc = CL_SUCCESS;
+    mem = driver::cl->clCreateBuffer(driver::get().context, CL_MEM_READ_WRITE, 64, nullptr, &rc);
+    if (rc != CL_SUCCESS) {
+      mem = nullptr;
+      return cl_fail("clCreateBuffer", rc, device);
+    }
+  }
+  *out = mem;
+  return Status::Ok;
+}
+
 Status launch(int device, Stream stream, const std::string& name, const std::string* generated_text,
               const char* kernel_name, const Range& range, std::initializer_list<KernelArg> args) {
   if (Status s = check_device(device); s != Status::Ok) return s;
@@ -219,6 +237,13 @@ Status launch(int device, Stream stream, const std::string& name, const std::str
     if (!a.buffer) continue;
     cl_mem mem = nullptr;
     std::size_t offset = 0;
+    if (!a.address) {
+      // An empty tensor has no storage (data_ptr() is null): the kernel reads none
+      // of it, but OpenCL wants a buffer there, so it gets the device's dummy one.
+      if (Status s = dummy_buffer(device, &mem); s != Status::Ok) return s;
+      resolved.push_back({mem, 0});
+      continue;
+    }
     // One byte must lie inside the allocation; the kernel's own bounds do the rest.
     if (!resolve(device, a.address, 1, (std::string(kernel_name) + ": a buffer argument").c_str(), &mem, &offset))
       return Status::InvalidValue;

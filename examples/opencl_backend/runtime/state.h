@@ -33,6 +33,10 @@ struct Queue {
   cl_command_queue queue = nullptr;
   std::mutex mutex;
   cl_event last = nullptr;
+  // clFinish of one queue from two threads at once aborts PoCL 3.0's pthread
+  // device (pocl_pthread_join: EINVAL), though OpenCL allows it: finishes of a
+  // queue take turns (finish()).
+  std::mutex finish_mutex;
 };
 
 // An Event handle points at one of these. `marker` is the last record (null:
@@ -74,6 +78,8 @@ Status cl_fail(const char* call, cl_int rc, int device);
 Status check_device(int device);
 
 Queue* queue_of(int device, Stream stream);
+// clFinish of `q`, one thread at a time per queue.
+cl_int finish(Queue* q);
 // The slow device (option slow_device, OCL_SLOW_DEVICE=<microseconds>): queues
 // on `q`, before the command about to be queued, a barrier that a timer thread
 // opens that long later, so a missing wait or a by-reference capture in a
