@@ -153,3 +153,15 @@ __kernel void scalar_op_f32(BUF(float, out), BUF(const float, x), Layout L, ulon
   }
   AT(float, out)[i] = r;
 }
+
+// int64 add (counters such as batch norm's num_batches_tracked): wrapping
+// arithmetic, as the CPU's. y is a tensor, or (y_is_scalar) the number s.
+__kernel void add_i64(BUF(long, out), BUF(const long, x), BUF(const long, y), Layout L, ulong n,
+                      long alpha, long s, int y_is_scalar) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const long v = y_is_scalar ? s : AT(const long, y)[b];
+  AT(long, out)[i] = (long)((ulong)AT(const long, x)[a] + (ulong)alpha * (ulong)v);
+}

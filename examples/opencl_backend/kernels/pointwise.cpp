@@ -3,6 +3,7 @@
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/result_type.h>
 
 #include <string>
 
@@ -114,7 +115,45 @@ at::Tensor k_div_Tensor(const at::Tensor & self, const at::Tensor & other) {
   return binary("div.Tensor", "div_f32", self, other, nullptr);
 }
 
+namespace {
+
+// int64 + int64 (a tensor or a number from Python).
+at::Tensor add_int64(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  if (host_scalar(self)) {
+    // s + x: the same as x + s when alpha is 1; else s moves to the device
+    if (alpha.toLong() == 1) return add_int64(other, self, alpha);
+    return add_int64(self.to(other.device()), other, alpha);
+  }
+  const bool scalar = host_scalar(other);
+  const std::vector<int64_t> shape = scalar ? self.sizes().vec() : at::infer_size(self.sizes(), other.sizes());
+  at::Tensor out = at::empty(shape, self.options().dtype(at::kLong));
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = scalar ? broadcast_layout("add.Tensor", shape, {&self})
+                                   : broadcast_layout("add.Tensor", shape, {&self, &other});
+  const int64_t s = scalar ? other.item().toLong() : 0;
+  launch("add.Tensor", out.device().index(), "kernels/pointwise.cl", "add_i64", runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+          runtime::buffer_arg(scalar ? self.const_data_ptr() : other.const_data_ptr()), runtime::value_arg(L),
+          runtime::value_arg<std::uint64_t>(n), runtime::value_arg(alpha.toLong()), runtime::value_arg(s),
+          runtime::value_arg<std::int32_t>(scalar ? 1 : 0)});
+  return out;
+}
+
+}  // namespace
+
 at::Tensor k_add_Tensor(const at::Tensor & self, const at::Tensor & other, const at::Scalar & alpha) {
+  // float32 and int64 both reach this kernel, mixed too (x + idx): compute in the
+  // result's type, converting a device operand of the other type on the device.
+  const at::ScalarType result = at::result_type(self, other);
+  if (result == at::kLong) return add_int64(self, other, alpha);
+  TORCH_CHECK(result == at::kFloat, "ocl: add.Tensor: ", self.scalar_type(), " + ", other.scalar_type(), " gives ",
+              result, ", which the OpenCL kernels do not compute");
+  auto as_float = [](const at::Tensor& t) { return host_scalar(t) || t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); };
+  if (self.scalar_type() != other.scalar_type() && !(host_scalar(self) || host_scalar(other)))
+    return k_add_Tensor(as_float(self), as_float(other), alpha);
+  if (!host_scalar(self) && self.scalar_type() != at::kFloat) return k_add_Tensor(as_float(self), other, alpha);
+  if (!host_scalar(other) && other.scalar_type() != at::kFloat) return k_add_Tensor(self, as_float(other), alpha);
   if (alpha.toDouble() == 1.0) return binary("add.Tensor", "add_nomul_f32", self, other, nullptr);
   const float a = alpha.toFloat();
   return binary("add.Tensor", "add_f32", self, other, &a);
