@@ -22,7 +22,7 @@ from flsdk.spec.model import Backend, OpSpec
 
 from . import autocast, signatures
 from .glue import GLUE_HOOK_KERNELS, GLUE_OPS, GLUE_OVERRIDES
-from .kernel_scan import STUB_MARKER, KernelScan
+from .kernel_scan import STUB_MARKER, KernelScan, scan_device_sources
 
 # The C++ files of generated/, plus the registration shards (register_shard_count);
 # the .cpp files among them are the glue sources the build compiles, in this order.
@@ -54,6 +54,9 @@ STATIC_GLUE = frozenset({
     "memory_history.cpp",
     "adapter_contract.h", "adapter_contract.cpp",
 })
+# Static glue written only for a backend with kernels in a device language
+# (device.yaml device_code): the lookup of generated/device_sources.cpp.
+DEVICE_CODE_GLUE = ("device_sources.h",)
 # Build tools copied the same way: the post-link symbol check of sources.cmake and
 # the progress lines a build prints on the terminal.
 STATIC_TOOLS = ("check_symbols.py", "build_progress.py")
@@ -467,9 +470,13 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     d = backend.descriptor
     regs = _registrations(backend, scan)
     values = _device_values(backend, torch_version) | _op_values(backend, scan, regs)
-    outputs, registrations = _cpp_outputs(d.name, regs)
+    outputs, registrations = _cpp_outputs(backend, regs)
+    # device_sources.cpp is the runtime's (it needs no torch): sources.cmake names it
+    # FLSDK_DEVICE_SOURCES for runtime/runtime.cmake, apart from the glue.
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
-                              if out.path.startswith("generated/") and out.path.endswith(".cpp")]
+                              if out.path.startswith("generated/") and out.path.endswith(".cpp")
+                              and out.path != "generated/device_sources.cpp"]
+    values["device_sources_cpp"] = bool(d.device_code_suffixes)
     values["glue_unity_groups"] = [
         {"name": name, "files": [f for f in files if f in values["glue_sources"]]}
         for name, files in GLUE_UNITY_GROUPS.items()]
@@ -582,6 +589,8 @@ def _device_values(backend: Backend, torch_version: str) -> dict:
         "runtime_profiling": "profiling" in primitives,
         "collectives_native": d.collectives == "native",
         "comm_backend": d.comm_backend or "",
+        "device_code_suffixes": list(d.device_code_suffixes),
+        "device_code_language": d.device_code_language,
         "dtype_scalar_types": "".join(f'"{DTYPES[t].scalar_type}", ' for t in d.dtypes),
         "descriptor_py": pprint.pformat(d.as_dict() | {"file": "device.yaml"}, width=100, sort_dicts=True),
     }
@@ -634,9 +643,11 @@ def _op_values(backend: Backend, scan: KernelScan, regs: _Registrations) -> dict
     }
 
 
-def _cpp_outputs(ns: str, regs: _Registrations) -> tuple[list[Output], dict[str, dict[str, str]]]:
-    """The C++ glue (static copies and rendered files) and the registration shards,
-    with where each op's registration ended up (spec op -> {overload: shard path})."""
+def _cpp_outputs(backend: Backend, regs: _Registrations) -> tuple[list[Output], dict[str, dict[str, str]]]:
+    """The C++ glue (static copies and rendered files), the device-code sources and the
+    registration shards, with where each op's registration ended up (spec op ->
+    {overload: shard path})."""
+    d, ns = backend.descriptor, backend.descriptor.name
     extra: dict[str, dict] = {
         "kernels.h": {"kernels": regs.kernel_sigs,
                       "variant_kernels": [w.variant_kernel for w in regs.wrappers if w.variant_kernel]},
@@ -645,6 +656,13 @@ def _cpp_outputs(ns: str, regs: _Registrations) -> tuple[list[Output], dict[str,
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
                else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
                for name in GENERATED_CPP]
+    # Kernels in the device's language (device.yaml device_code): embedded for the
+    # driver's compiler, generated only for a backend that has such kernels.
+    if d.device_code_suffixes:
+        device_sources = scan_device_sources(backend.root, d.device_code_suffixes)
+        outputs += [Output(name, f"generated/{name}", {}, static=True) for name in DEVICE_CODE_GLUE]
+        outputs.append(Output("cpp/device_sources.cpp.j2", "generated/device_sources.cpp",
+                              {"device_sources": device_sources}))
     shards = register_shard_count(len(regs.wrappers) + len(regs.custom_wrappers))
     registrations: dict[str, dict[str, str]] = {}
     for shard in range(shards):

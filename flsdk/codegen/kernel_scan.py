@@ -58,3 +58,36 @@ def scan_kernels(root: Path) -> KernelScan:
         if name in scan.native:
             scan.superseded[scan.stubs.pop(name)] = scan.native[name]
     return scan
+
+
+@dataclass(frozen=True)
+class DeviceSource:
+    """A kernel file in the device's own language (device.yaml device_code), embedded
+    by flsdk gen into generated/device_sources.cpp for the driver to compile at run time."""
+
+    path: str        # relative to the backend root, with /: "kernels/pointwise.cl"
+    text: str
+    sha256: str
+    delimiter: str   # of the C++ raw string literal holding `text` (one it never contains)
+
+
+def scan_device_sources(root: Path, suffixes: tuple[str, ...]) -> list[DeviceSource]:
+    """Every file under kernels/ ending in one of `suffixes`, sorted by path."""
+    import hashlib
+
+    kernels_dir = Path(root) / "kernels"
+    if not suffixes or not kernels_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(kernels_dir.rglob("*")):
+        if not path.is_file() or not path.name.endswith(tuple(suffixes)):
+            continue
+        data = path.read_bytes()
+        text = data.decode("utf-8", errors="strict")
+        delimiter, n = "flsdk", 0
+        while f"){delimiter}\"" in text:  # a raw string ends at )delim": pick one the text lacks
+            n += 1
+            delimiter = f"flsdk{n}"
+        found.append(DeviceSource(path=path.relative_to(root).as_posix(), text=text,
+                                  sha256=hashlib.sha256(data).hexdigest(), delimiter=delimiter))
+    return found

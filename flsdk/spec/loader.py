@@ -558,6 +558,8 @@ def _descriptor(r: _DeviceReader, name: str, capacity: int, alignment: int, allo
         kernel_launch=KernelLaunch(data.get("kernel_launch", "inline")),
         runtime_primitives=primitives,
         collectives=Collectives(data.get("collectives", "staged")),
+        device_code_suffixes=tuple((data.get("device_code") or {}).get("suffixes", ())),
+        device_code_language=(data.get("device_code") or {}).get("language", ""),
         adapter_versions=dict(data.get("adapter_versions") or {}),
     )
 

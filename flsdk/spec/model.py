@@ -179,6 +179,10 @@ class DeviceDescriptor:
     # optional adapter calls: memset, copy_strided, host_kernels, pinned_host, ipc, profiling
     runtime_primitives: tuple[str, ...] = ()
     collectives: Collectives = Collectives.STAGED
+    # device.yaml device_code: kernels in a language the driver compiles at run time
+    # (OpenCL C): the suffixes of their files under kernels/, embedded by flsdk gen
+    device_code_suffixes: tuple[str, ...] = ()
+    device_code_language: str = ""
     # adapter key ("runtime", "ccl") -> "MAJOR.MINOR" of the header its adapter was written
     # for (device.yaml adapter_versions; absent keys: unrecorded, flsdk.spec.adapter_versions)
     adapter_versions: dict[str, str] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flsdk.codegen.context import GENERATED_CPP, STATIC_GLUE, STATIC_TOOLS
+from flsdk.codegen.context import DEVICE_CODE_GLUE, GENERATED_CPP, STATIC_GLUE, STATIC_TOOLS
 from flsdk.codegen.generate import STATIC_GLUE_DIR as STATIC_DIR
 from flsdk.codegen.generate import TEMPLATES
 from flsdk.codegen.writer import edited_by_hand
@@ -25,7 +25,7 @@ CXX = shutil.which("g++") or shutil.which("c++")
 
 def test_static_glue_is_the_static_part_of_generated():
     on_disk = {p.name for p in STATIC_DIR.iterdir() if p.is_file()}
-    assert on_disk == set(STATIC_GLUE) | set(STATIC_TOOLS)
+    assert on_disk == set(STATIC_GLUE) | set(STATIC_TOOLS) | set(DEVICE_CODE_GLUE)
     assert set(STATIC_GLUE) <= set(GENERATED_CPP)
     for name in STATIC_GLUE:
         assert not (TEMPLATES / "cpp" / f"{name}.j2").exists(), f"{name} has both a template and a static source"

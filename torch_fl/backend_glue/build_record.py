@@ -3,7 +3,10 @@
 Every build of a backend records what it was built from (the generated
 sources.cmake runs this file as a script at build time):
 
-    python build_record.py write <source root> <package> <record.json>
+    python build_record.py write <source root> <package> <record.json> [<suffix> ...]
+
+(the suffixes: kernels in the device's own language, device.yaml device_code, which
+the build embeds: `.cl` files are sources of the build as `.cpp` files are)
 
 The record (installed as <package>/_generated/build_record.json) holds the source
 root and, for every file the build compiles or installs (CMakeLists.txt, cmake/,
@@ -36,15 +39,17 @@ SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hp
 SKIPPED_DIRS = ("__pycache__", "build", "dist", ".git", "tests")
 
 
-def source_files(root, package):
-    """Relative paths (with /) of the files a build of the backend at `root` reads."""
+def source_files(root, package, extra_suffixes=()):
+    """Relative paths (with /) of the files a build of the backend at `root` reads
+    (`extra_suffixes`: device code, `.cl`, read as sources too)."""
+    suffixes = SOURCE_SUFFIXES + tuple(extra_suffixes)
     found = [name for name in TOP_FILES if os.path.isfile(os.path.join(root, name))]
     for top in SOURCE_DIRS + (package,):
         base = os.path.join(root, top)
         for folder, dirs, files in os.walk(base):
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
             for name in sorted(files):
-                if not name.endswith(SOURCE_SUFFIXES) or name == RECORD_NAME:
+                if not name.endswith(suffixes) or name == RECORD_NAME:
                     continue
                 found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
     return sorted(found)
@@ -63,10 +68,12 @@ def _entry(path):
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _digest(path)}
 
 
-def make_record(root, package):
+def make_record(root, package, extra_suffixes=()):
     root = os.path.abspath(root)
-    return {"root": root, "package": package,
-            "files": {rel: _entry(os.path.join(root, rel)) for rel in source_files(root, package)}}
+    extra = sorted(set(extra_suffixes))
+    return {"root": root, "package": package, "extra_suffixes": extra,
+            "files": {rel: _entry(os.path.join(root, rel))
+                      for rel in source_files(root, package, extra)}}
 
 
 def changed_files(record, root=None):
@@ -74,7 +81,7 @@ def changed_files(record, root=None):
     (default: the root the record was made from) against the record."""
     root = root or record["root"]
     files = record["files"]
-    now = source_files(root, record["package"])
+    now = source_files(root, record["package"], record.get("extra_suffixes", ()))
     changes = [(rel, "removed") for rel in sorted(set(files) - set(now))]
     for rel in now:
         old = files.get(rel)
@@ -127,10 +134,11 @@ def problem(package_dir, root=None):
 
 
 def main(argv):
-    if len(argv) != 5 or argv[1] != "write":
-        print("usage: build_record.py write <source root> <package> <record.json>", file=sys.stderr)
+    if len(argv) < 5 or argv[1] != "write":
+        print("usage: build_record.py write <source root> <package> <record.json> [<suffix> ...]",
+              file=sys.stderr)
         return 2
-    record = make_record(argv[2], argv[3])
+    record = make_record(argv[2], argv[3], argv[5:])
     tmp = argv[4] + ".tmp"
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
