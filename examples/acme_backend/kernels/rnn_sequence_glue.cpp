@@ -191,7 +191,8 @@ struct GruLayerFunction : public torch::autograd::Function<GruLayerFunction> {
 // Whether the fused layers take this call (see the head of this file); when
 // they do not, the caller runs PyTorch's per-step composite.
 bool fused_applies(const at::Tensor& input, at::TensorList states, at::TensorList params,
-                   bool has_biases, int64_t num_layers, bool bidirectional, int64_t gates) {
+                   bool has_biases, int64_t num_layers, bool bidirectional, bool batch_first,
+                   int64_t gates) {
   if (at::autocast::is_autocast_enabled(c10::DeviceType::PrivateUse1)) return false;
   if (input.dim() != 3 || num_layers < 1) return false;
   const auto st = input.scalar_type();
@@ -203,7 +204,7 @@ bool fused_applies(const at::Tensor& input, at::TensorList states, at::TensorLis
   int64_t H = -1;
   for (const auto& s : states) {
     if (!s.defined() || s.dim() != 3 || s.scalar_type() != st || s.device() != device) return false;
-    if (s.size(0) != num_layers * dirs || s.size(1) != input.size(1)) return false;
+    if (s.size(0) != num_layers * dirs || s.size(1) != input.size(batch_first ? 0 : 1)) return false;
     if (H >= 0 && s.size(2) != H) return false;  // LSTM with proj_size: h and c differ
     H = s.size(2);
   }
@@ -237,7 +238,7 @@ at::Tensor next_layer_input(std::vector<at::Tensor>& outs, int64_t layer, int64_
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_sequence(
     const at::Tensor& input, at::TensorList hx, at::TensorList params, bool has_biases,
     int64_t num_layers, double dropout, bool train, bool bidirectional, bool batch_first) {
-  if (hx.size() != 2 || !fused_applies(input, hx, params, has_biases, num_layers, bidirectional, 4))
+  if (hx.size() != 2 || !fused_applies(input, hx, params, has_biases, num_layers, bidirectional, batch_first, 4))
     return at::compositeimplicitautograd::lstm(input, hx, params, has_biases, num_layers, dropout,
                                                train, bidirectional, batch_first);
   const int64_t dirs = bidirectional ? 2 : 1;
@@ -264,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor> gru_sequence(const at::Tensor& input, const a
                                                 at::TensorList params, bool has_biases,
                                                 int64_t num_layers, double dropout, bool train,
                                                 bool bidirectional, bool batch_first) {
-  if (!fused_applies(input, {hx}, params, has_biases, num_layers, bidirectional, 3))
+  if (!fused_applies(input, {hx}, params, has_biases, num_layers, bidirectional, batch_first, 3))
     return at::compositeimplicitautograd::gru(input, hx, params, has_biases, num_layers, dropout,
                                               train, bidirectional, batch_first);
   const int64_t dirs = bidirectional ? 2 : 1;

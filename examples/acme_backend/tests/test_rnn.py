@@ -167,7 +167,7 @@ def _launches():
 
 def _train_step_launches(model, seq_len):
     model = copy.deepcopy(model).to(DEVICE)
-    x = _seq(seq_len, 3, 5).to(DEVICE)
+    x = (_seq(3, seq_len, 5) if model.batch_first else _seq(seq_len, 3, 5)).to(DEVICE)
     model(x)[0].sum().backward()  # warm-up: first-use allocations
     before = _launches()
     out = model(x)
@@ -175,12 +175,13 @@ def _train_step_launches(model, seq_len):
     return _launches() - before
 
 
+@pytest.mark.parametrize("batch_first", [False, True], ids=["time-major", "batch-first"])
 @pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
-def test_launches_do_not_grow_with_the_sequence(kind):
+def test_launches_do_not_grow_with_the_sequence(kind, batch_first):
     # the per-step path launched several kernels per time step (a matmul, an
     # add and the cell, forward and backward): 2 layers x 40 steps were ~1000
     torch.manual_seed(0)
-    model = kind(5, 6, num_layers=2, bidirectional=True)
+    model = kind(5, 6, num_layers=2, bidirectional=True, batch_first=batch_first)
     short, long = _train_step_launches(model, 4), _train_step_launches(model, 40)
     assert short == long, f"launches grew with the sequence: {short} for 4 steps, {long} for 40"
     assert long < 80, f"{long} launches for a 2-layer bidirectional train step"
