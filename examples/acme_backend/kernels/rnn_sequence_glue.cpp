@@ -36,13 +36,15 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include "device_config.h"
 #include "kernels.h"
 
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
-namespace acme::kernels {
+namespace FLSDK_BACKEND_NS::kernels {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -66,9 +68,12 @@ using GruLayerBackwardSig =
 
 // The ops are called through the dispatcher, not as k_* directly: their generated
 // wrappers set the device guard and name the kernel for profiles and reports.
+// Named after the backend (device.yaml `name`): nothing in this file is acme's
+// own, so another flsdk backend with the same four op specs can take it as is.
 template <class Sig>
-c10::TypedOperatorHandle<Sig> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+c10::TypedOperatorHandle<Sig> find_op(const char* op) {
+  const std::string name = std::string(FLSDK_BACKEND_NS::config::kBackendName) + "::" + op;
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").typed<Sig>();
 }
 
 // Biases travel as optionals: the autograd function's inputs must be defined
@@ -104,7 +109,7 @@ struct LstmLayerFunction : public torch::autograd::Function<LstmLayerFunction> {
                                const at::Tensor& cx, const at::Tensor& w_ih, const at::Tensor& w_hh,
                                const std::optional<at::Tensor>& b_ih,
                                const std::optional<at::Tensor>& b_hh, bool reverse) {
-    static const auto op = find_op<LstmLayerSig>("acme::lstm_layer");
+    static const auto op = find_op<LstmLayerSig>("lstm_layer");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [output, hy, cy, workspace, cell_states] =
         op.call(input, hx, cx, w_ih, w_hh, b_ih, b_hh, reverse);
@@ -135,7 +140,7 @@ struct LstmLayerFunction : public torch::autograd::Function<LstmLayerFunction> {
       g.emplace_back();  // reverse
       return g;
     }
-    static const auto op = find_op<LstmLayerBackwardSig>("acme::lstm_layer_backward");
+    static const auto op = find_op<LstmLayerBackwardSig>("lstm_layer_backward");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     // grads were materialized (zeros for outputs the loss did not use)
     auto [gi, ghx, gcx, gwi, gwh, gbi, gbh] =
@@ -150,7 +155,7 @@ struct GruLayerFunction : public torch::autograd::Function<GruLayerFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& hx,
                                const at::Tensor& w_ih, const at::Tensor& w_hh, const std::optional<at::Tensor>& b_ih,
                                const std::optional<at::Tensor>& b_hh, bool reverse) {
-    static const auto op = find_op<GruLayerSig>("acme::gru_layer");
+    static const auto op = find_op<GruLayerSig>("gru_layer");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [output, hy, workspace] = op.call(input, hx, w_ih, w_hh, b_ih, b_hh, reverse);
     // the biases only for a differentiated backward (differentiable_grads)
@@ -179,7 +184,7 @@ struct GruLayerFunction : public torch::autograd::Function<GruLayerFunction> {
       g.emplace_back();  // reverse
       return g;
     }
-    static const auto op = find_op<GruLayerBackwardSig>("acme::gru_layer_backward");
+    static const auto op = find_op<GruLayerBackwardSig>("gru_layer_backward");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [gi, ghx, gwi, gwh, gbi, gbh] = op.call(grads[0], grads[1], saved[0], saved[1], saved[2],
                                                  saved[3], saved[4], saved[5], reverse);
@@ -299,4 +304,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gru.input", TORCH_FN(gru_sequence));
 }
 
-}  // namespace acme::kernels
+}  // namespace FLSDK_BACKEND_NS::kernels
