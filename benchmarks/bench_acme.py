@@ -34,7 +34,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import measure_interleaved  # noqa: E402
 
-TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.5, "models": 1.5}
+TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.2, "models": 1.5,
+           "rnn": 1.2}
 N = 1 << 20
 
 
@@ -137,16 +138,16 @@ ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "e
                        "tests")
 
 
-def real_model_steps(device):
-    """One SGD-momentum training step of each model of REAL_MODELS on `device`
-    (dropout off, as in the real-model suite). A model whose package is not
-    installed is left out, and said so."""
+def real_model_steps(device, names=REAL_MODELS):
+    """One SGD-momentum training step of each model of `names` (the real-model
+    set) on `device` (dropout off, as in the real-model suite). A model whose
+    package is not installed is left out, and said so."""
     if ZOO_DIR not in sys.path:
         sys.path.insert(0, ZOO_DIR)
     import real_model_zoo as zoo
 
     steps = {}
-    for name in REAL_MODELS:
+    for name in names:
         case = zoo.CASES[name]
         try:
             model = zoo.make_model(case).to(device)
@@ -162,6 +163,26 @@ def real_model_steps(device):
             opt.step()
 
         steps[f"{name} train step"] = step
+    return steps
+
+
+def rnn_steps(device):
+    """Recurrent train steps (issue 39): the real-model set's RNN classifiers
+    (embedding, 2-layer (bi)LSTM / GRU of 32, 9 steps, batch 2) and a larger
+    LSTM layer stack (64 steps, batch 16, 2 layers of 128), SGD."""
+    steps = real_model_steps(device, ("nn-lstm", "nn-bilstm", "nn-gru"))
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(64, 128, num_layers=2, batch_first=True).to(device)
+    opt = torch.optim.SGD(lstm.parameters(), lr=0.01)
+    x = torch.randn(16, 64, 64).to(device)
+
+    def lstm_step():
+        opt.zero_grad()
+        out, _ = lstm(x)
+        out.square().mean().backward()
+        opt.step()
+
+    steps["LSTM 2x128, 64 steps, batch 16, train step"] = lstm_step
     return steps
 
 
@@ -224,6 +245,7 @@ GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 
     "train_mt": (train_steps, (2.0, 0.3), None),
     "host": (host_ops, (None, None), 1),  # host_time(): counted in calls, not seconds
     "models": (real_model_steps, (1.0, 0.1), 1),
+    "rnn": (rnn_steps, (1.0, 0.1), 1),
 }
 
 
@@ -294,7 +316,25 @@ def main(argv=None) -> int:
                         help="every workload once: checks the script runs end to end (numbers meaningless)")
     parser.add_argument("--only", nargs="+", choices=list(GROUPS), help="run only these groups")
     parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--busy", action="store_true",
+                        help="run a busy-looping Python process beside the measurements (a shared "
+                             "machine's other job: what the stream worker's wake-ups cost then)")
     args = parser.parse_args(argv)
+    busy = None
+    if args.busy:
+        import subprocess
+
+        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+        print(f"  a busy process runs beside the measurements (pid {busy.pid})", file=sys.stderr)
+    try:
+        return _main(args)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def _main(args) -> int:
     import torch_fl_acme  # noqa: F401  (explicit: fails clearly if acme is not installed)
 
     torch_fl_acme.load()
@@ -319,7 +359,7 @@ def main(argv=None) -> int:
             print(f"  {e['op']}: {e['count']} calls, {e['time_s'] * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"torch": torch.__version__, "rows": rows, "host_syncs": syncs,
+            json.dump({"torch": torch.__version__, "busy_process": args.busy, "rows": rows, "host_syncs": syncs,
                        "fallbacks": fallbacks}, handle, indent=1)
     return 0
 

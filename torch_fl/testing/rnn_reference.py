@@ -10,6 +10,16 @@ the workspace layout of PyTorch's CUDA kernels (what the backward ops read):
     GRU   gates [r, z, n]      workspace [N, 5H]: r, z, n, hx, hn + b_hn
 
 Half-precision inputs compute in float32 and round once, as device kernels do.
+
+Whole-sequence layers (a backend's own ops that run one LSTM / GRU layer in one
+direction over every time step, e.g. acme's `acme::lstm_layer`; input [T, B, I],
+states [B, H], `reverse` runs time backwards) are referenced by the same cells,
+step by step (`lstm_layer`, `gru_layer`), and their backward ops by the cells'
+backward math over the saved workspace (`lstm_layer_backward`, `gru_layer_backward`):
+
+    LSTM  workspace [T, B, 4H]: the cell's;  cell_states [T, B, H]: c after each step
+    GRU   workspace [T, B, 4H]: r, z, n, hn + b_hn (the cell's without hx: the
+          previous step's output is it)
 """
 
 from __future__ import annotations
@@ -18,7 +28,8 @@ import torch
 
 __all__ = [
     "fused_lstm_cell", "fused_lstm_cell_backward_impl", "fused_gru_cell",
-    "fused_gru_cell_backward",
+    "fused_gru_cell_backward", "lstm_layer", "lstm_layer_backward", "gru_layer",
+    "gru_layer_backward",
 ]
 
 
@@ -92,3 +103,78 @@ def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     grad_hidden_bias = grad_hidden_gates.sum(0).to(out) if has_bias else None
     return (grad_input_gates.to(out), grad_hidden_gates.to(out), (gy * z).to(out),
             grad_input_bias, grad_hidden_bias)
+
+
+def _steps(T: int, reverse: bool) -> list[int]:
+    return list(range(T - 1, -1, -1)) if reverse else list(range(T))
+
+
+def lstm_layer(input, hx, cx, w_ih, w_hh, b_ih=None, b_hh=None, reverse=False):
+    """(output [T, B, H], hy, cy, workspace [T, B, 4H], cell_states [T, B, H])."""
+    T, B, H = input.shape[0], hx.shape[0], hx.shape[1]
+    output = input.new_empty(T, B, H)
+    workspace = input.new_empty(T, B, 4 * H)
+    cell_states = input.new_empty(T, B, H)
+    h, c = hx, cx
+    for t in _steps(T, reverse):
+        h, c, ws = fused_lstm_cell(input[t] @ w_ih.t(), h @ w_hh.t(), c, b_ih, b_hh)
+        output[t], cell_states[t], workspace[t] = h, c, ws
+    return output, h.clone(), c.clone(), workspace, cell_states
+
+
+def lstm_layer_backward(grad_output, grad_hy, grad_cy, input, hx, cx, w_ih, w_hh, output, workspace,
+                        cell_states, reverse=False):
+    """Gradients of lstm_layer from its saved tensors: (input, hx, cx, w_ih, w_hh,
+    b_ih, b_hh); the two bias gradients are the same."""
+    T = input.shape[0]
+    steps = _steps(T, reverse)
+    dh, dc = grad_hy, grad_cy
+    grad_gates = [None] * T
+    for k in range(T - 1, -1, -1):
+        t = steps[k]
+        c_prev = cx if k == 0 else cell_states[steps[k - 1]]
+        grad_gates[t], dc, _ = fused_lstm_cell_backward_impl(grad_output[t] + dh, dc, c_prev,
+                                                             cell_states[t], workspace[t], False)
+        dh = grad_gates[t] @ w_hh
+    return _layer_weight_grads(grad_gates, grad_gates, input, hx, w_ih, output, steps, dh, dc)
+
+
+def _layer_weight_grads(grad_x_gates, grad_h_gates, input, hx, w_ih, output, steps, dh, dc=None):
+    T = input.shape[0]
+    h_prev = [hx if k == 0 else output[steps[k - 1]] for k in range(T)]
+    gx = torch.stack(grad_x_gates) if T else input.new_zeros(0, hx.shape[0], w_ih.shape[0])
+    gh = torch.stack(grad_h_gates) if T else gx
+    hp = torch.stack([h_prev[steps.index(t)] for t in range(T)]) if T else hx.new_zeros(0, *hx.shape)
+    flat_gx, flat_gh = gx.reshape(-1, gx.shape[-1]), gh.reshape(-1, gh.shape[-1])
+    grads = [gx @ w_ih, dh] + ([dc] if dc is not None else [])
+    grads += [flat_gx.t() @ input.reshape(-1, input.shape[-1]), flat_gh.t() @ hp.reshape(-1, hx.shape[-1]),
+              flat_gx.sum(0), flat_gh.sum(0)]
+    return tuple(grads)
+
+
+def gru_layer(input, hx, w_ih, w_hh, b_ih=None, b_hh=None, reverse=False):
+    """(output [T, B, H], hy, workspace [T, B, 4H])."""
+    T, B, H = input.shape[0], hx.shape[0], hx.shape[1]
+    output = input.new_empty(T, B, H)
+    workspace = input.new_empty(T, B, 4 * H)
+    h = hx
+    for t in _steps(T, reverse):
+        h, ws = fused_gru_cell(input[t] @ w_ih.t(), h @ w_hh.t(), h, b_ih, b_hh)
+        output[t] = h
+        workspace[t] = torch.cat([ws[:, :3 * H], ws[:, 4 * H:]], dim=1)  # without hx
+    return output, h.clone(), workspace
+
+
+def gru_layer_backward(grad_output, grad_hy, input, hx, w_ih, w_hh, output, workspace, reverse=False):
+    """Gradients of gru_layer from its saved tensors: (input, hx, w_ih, w_hh, b_ih, b_hh)."""
+    T, H = input.shape[0], hx.shape[1]
+    steps = _steps(T, reverse)
+    dh = grad_hy
+    gx_gates, gh_gates = [None] * T, [None] * T
+    for k in range(T - 1, -1, -1):
+        t = steps[k]
+        h_prev = hx if k == 0 else output[steps[k - 1]]
+        ws = torch.cat([workspace[t][:, :3 * H], h_prev, workspace[t][:, 3 * H:]], dim=1)
+        gx_gates[t], gh_gates[t], dh_direct, _, _ = fused_gru_cell_backward(grad_output[t] + dh, ws, False)
+        dh = dh_direct + gh_gates[t] @ w_hh
+    return _layer_weight_grads(gx_gates, gh_gates, input, hx, w_ih, output, steps, dh)

@@ -266,7 +266,7 @@ acmeError_t acmeDeviceSynchronize(int device) {
   }
   r.stats.host_waits++;  // counted only once the wait really happens
   for (auto& s : mine) {
-    std::string e = s->drain();
+    std::string e = s->drain<acme_internal::DeviceWork>();
     if (err.empty()) err = std::move(e);
   }
   if (!err.empty()) return fail_str(acmeErrorRuntime, std::move(err));

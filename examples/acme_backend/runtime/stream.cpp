@@ -137,7 +137,7 @@ acmeError_t acmeStreamDestroy(int device, acmeStream_t stream) {
       return fail(acmeErrorInvalidValue, "acme: %p is not a live acme stream (destroyed?)",
                   static_cast<void*>(stream));
   }
-  std::string err = s->drain();
+  std::string err = s->drain<acme_internal::DeviceWork>();
   s->shutdown();
   if (!err.empty()) {
     std::lock_guard<std::mutex> lk(r.reg_mu);
@@ -157,7 +157,7 @@ acmeError_t acmeStreamSynchronize(int device, acmeStream_t stream) {
                 "(would deadlock)",
                 static_cast<unsigned long long>(s->id));
   rt().stats.host_waits++;
-  std::string err = s->drain();
+  std::string err = s->drain<acme_internal::DeviceWork>();
   if (!err.empty()) return fail_str(acmeErrorRuntime, std::move(err));
   return acmeSuccess;
 }

@@ -151,3 +151,119 @@ def test_rnn_under_bf16_autocast(kind):
     torch.testing.assert_close(out.float().cpu(), ref, atol=3e-2, rtol=3e-2)
     for name, p in dev_model.named_parameters():
         assert p.grad is not None and p.grad.dtype == torch.float32 and p.grad.isfinite().all(), name
+
+
+# ---------------------------------------------------------------------------
+# The whole-sequence path (kernels/rnn_sequence.cpp, rnn_sequence_glue.cpp):
+# nn.LSTM / nn.GRU take a few launches per layer and direction, whatever the
+# sequence length; the calls it does not cover take the per-step path above.
+
+def _launches():
+    import json
+
+    torch.accelerator.synchronize()
+    return json.loads(native.runtime_get_option("stats"))["launches"]
+
+
+def _train_step_launches(model, seq_len):
+    model = copy.deepcopy(model).to(DEVICE)
+    x = (_seq(3, seq_len, 5) if model.batch_first else _seq(seq_len, 3, 5)).to(DEVICE)
+    model(x)[0].sum().backward()  # warm-up: first-use allocations
+    before = _launches()
+    out = model(x)
+    (out[0].sum()).backward()
+    return _launches() - before
+
+
+@pytest.mark.parametrize("batch_first", [False, True], ids=["time-major", "batch-first"])
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_launches_do_not_grow_with_the_sequence(kind, batch_first):
+    # the per-step path launched several kernels per time step (a matmul, an
+    # add and the cell, forward and backward): 2 layers x 40 steps were ~1000
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, bidirectional=True, batch_first=batch_first)
+    short, long = _train_step_launches(model, 4), _train_step_launches(model, 40)
+    assert short == long, f"launches grew with the sequence: {short} for 4 steps, {long} for 40"
+    assert long < 80, f"{long} launches for a 2-layer bidirectional train step"
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_sequence_float64_with_initial_state(kind):
+    torch.manual_seed(0)
+    model = kind(4, 5, num_layers=2).double()
+    h0 = _seq(2, 3, 5).double()
+    state = (h0, _seq(2, 3, 5).double() * 0.5) if kind is nn.LSTM else h0
+    _check(model, [_seq(6, 3, 4).double(), state])
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_sequence_only_the_output_used(kind):
+    # the final states get no gradient: the backward sees zeros for them
+    torch.manual_seed(0)
+    model = kind(3, 4, batch_first=True)
+
+    class OutputOnly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = model
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    _check(OutputOnly(), [_seq(2, 5, 3)])
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_sequence_inference_mode_and_no_grad(kind):
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, bidirectional=True, batch_first=True)
+    x = _seq(3, 7, 5)
+    ref = model(x)[0]
+    dev = copy.deepcopy(model).to(DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(dev(x.to(DEVICE))[0].cpu(), ref.detach(), **TOL)
+    with torch.inference_mode():
+        torch.testing.assert_close(dev(x.to(DEVICE))[0].cpu(), ref.detach(), **TOL)
+
+
+def test_sequence_dropout_between_layers():
+    # dropout draws differ from CPU's: check what dropout does, not the values
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, num_layers=2, dropout=0.5).to(DEVICE)
+    x = _seq(6, 3, 4).to(DEVICE)
+    out, _ = model(x)
+    out.sum().backward()
+    assert out.shape == (6, 3, 5) and out.isfinite().all()
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
+    model.eval()
+    torch.testing.assert_close(model(x)[0].cpu(), copy.deepcopy(model).cpu()(x.cpu())[0], **TOL)
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+def test_sequence_double_backward(kind):
+    # create_graph=True (a gradient penalty): the fused backward is not itself
+    # differentiable, so that backward recomputes the layer per step; both
+    # orders of gradients must match CPU's
+    torch.manual_seed(0)
+    model = kind(3, 4, num_layers=2, bidirectional=True)
+    x = _seq(5, 2, 3)
+    results = []
+    for device in ["cpu", DEVICE]:
+        m = copy.deepcopy(model).to(device)
+        xi = x.to(device, copy=True).requires_grad_()
+        (g,) = torch.autograd.grad(m(xi)[0].square().sum(), xi, create_graph=True)
+        (g.square().sum()).backward()
+        results.append((g.detach().cpu(), xi.grad.cpu(),
+                        {n: p.grad.cpu() for n, p in m.named_parameters()}))
+    torch.testing.assert_close(results[1][0], results[0][0], **TOL)
+    torch.testing.assert_close(results[1][1], results[0][1], **TOL)
+    for name, grad in results[0][2].items():
+        torch.testing.assert_close(results[1][2][name], grad, **TOL, msg=lambda m: f"{name}: {m}")
+
+
+def test_per_step_path_still_serves_what_the_sequence_ops_do_not():
+    # projections take the per-step path: more launches for more steps
+    torch.manual_seed(0)
+    plain, projected = nn.LSTM(5, 6), nn.LSTM(5, 6, proj_size=3)
+    assert _train_step_launches(plain, 4) == _train_step_launches(plain, 12)
+    assert _train_step_launches(projected, 4) < _train_step_launches(projected, 12)

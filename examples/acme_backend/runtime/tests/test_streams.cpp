@@ -110,22 +110,47 @@ TEST(default_stream_async) {
   CHECK_OK(rtm::stream_synchronize(0, nullptr));
   CHECK(ran);
 
-  // It runs on the device's default-stream worker (one per device, in order),
-  // never on the calling thread, whichever host thread queued it.
-  std::vector<std::thread::id> dev0;
-  std::thread::id dev1;
+  // It runs as device work, in order, one piece at a time: on the device's
+  // default-stream worker, or on a host thread while that thread synchronizes
+  // the stream (a waiting host runs queued work itself instead of waiting for
+  // the worker to be scheduled), never on a thread that is not waiting for it:
+  // not on the thread that queued it and went on, and not on another device's
+  // worker.
+  struct Ran {
+    std::thread::id thread;
+    int on_device;
+  };
+  std::vector<Ran> dev0;
+  std::thread::id launcher;
   for (int i = 0; i < 3; ++i)
-    CHECK_OK(rtm::launch(0, nullptr, [&dev0] { dev0.push_back(std::this_thread::get_id()); }));
-  std::thread([&dev0] {
-    CHECK_OK(rtm::launch(0, nullptr, [&dev0] { dev0.push_back(std::this_thread::get_id()); }));
+    CHECK_OK(rtm::launch(0, nullptr, [&dev0] { dev0.push_back({std::this_thread::get_id(), acmeOnDevice()}); }));
+  std::thread([&dev0, &launcher] {
+    launcher = std::this_thread::get_id();
+    CHECK_OK(rtm::launch(0, nullptr, [&dev0] { dev0.push_back({std::this_thread::get_id(), acmeOnDevice()}); }));
   }).join();
-  CHECK_OK(rtm::launch(1, nullptr, [&dev1] { dev1 = std::this_thread::get_id(); }));
+  Ran dev1{};
+  CHECK_OK(rtm::launch(1, nullptr, [&dev1] { dev1 = {std::this_thread::get_id(), acmeOnDevice()}; }));
   CHECK_OK(rtm::stream_synchronize(0, nullptr));
   CHECK_OK(rtm::stream_synchronize(1, nullptr));
   CHECK(dev0.size() == 4);
-  CHECK(std::set<std::thread::id>(dev0.begin(), dev0.end()).size() == 1);
-  CHECK(!dev0.empty() && dev0[0] != std::this_thread::get_id() && dev0[0] != dev1);
-  CHECK(dev1 != std::this_thread::get_id());
+  std::set<std::thread::id> threads;
+  for (const Ran& r : dev0) {
+    CHECK(r.on_device == 1);
+    CHECK(r.thread != launcher);
+    if (r.thread != std::this_thread::get_id()) threads.insert(r.thread);
+  }
+  CHECK(threads.size() <= 1);  // device 0's worker, besides this (synchronizing) thread
+  CHECK(dev1.on_device == 1 && !threads.count(dev1.thread));
+  // Without a synchronize, queued work runs on the worker alone.
+  std::atomic<bool> done{false};
+  std::thread::id ran_on;
+  CHECK_OK(rtm::launch(0, nullptr, [&done, &ran_on] {
+    ran_on = std::this_thread::get_id();
+    done = true;
+  }));
+  while (!done) std::this_thread::yield();
+  CHECK(ran_on != std::this_thread::get_id());
+  CHECK_OK(rtm::stream_synchronize(0, nullptr));
 }
 
 // Copies on the null stream are queued in order with the launches there.
