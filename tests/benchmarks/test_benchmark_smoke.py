@@ -18,8 +18,9 @@ def test_benchmark_smoke_run_reports_every_row(tmp_path, acme_backend):
     rows = json.loads(out.read_text())["rows"]
     names = {r["name"] for r in rows}
     assert {"add (8 elems)", "matmul 1024x1024", "ResNet-18 train step (8x3x32x32, SGD)", "sin",
-            "gelu", "hf-gpt2 train step", "tv-resnet18 train step"} <= names
-    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host", "models"}
+            "gelu", "hf-gpt2 train step", "tv-resnet18 train step", "nn-gru train step"} <= names
+    assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host", "models",
+                                         "rnn"}
     assert all(r["cpu_s"] > 0 and r["acme_s"] > 0 for r in rows)
     # The asynchronous picture: host waits per train step, by reason, for the two
     # train steps and the real-model set.
@@ -29,6 +30,19 @@ def test_benchmark_smoke_run_reports_every_row(tmp_path, acme_backend):
     assert "host waits for the device per train step" in proc.stdout
     assert all(r["threads"] == 1 for r in rows if r["kind"] != "train_mt")
     assert "| group | benchmark | threads | CPU | acme |" in proc.stdout
+
+
+def test_benchmark_busy_option_stops_its_process(tmp_path, acme_backend):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_acme.py"), "--smoke", "--busy",
+                           "--only", "tiny", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "a busy process runs beside the measurements" in proc.stderr
+    data = json.loads(out.read_text())
+    assert data["busy_process"] is True and {r["kind"] for r in data["rows"]} == {"tiny"}
+    pid = int(proc.stderr.split("(pid ")[1].split(")")[0])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), \
+        f"the busy process {pid} outlived the benchmark"
 
 
 def test_import_benchmark_reports_both_settings(tmp_path, acme_backend):
