@@ -38,18 +38,22 @@ _PACKAGES = (Path(__file__).resolve().parents[1], Path(__file__).resolve().paren
 _SOURCE_SUFFIXES = {".py", ".j2", ".cpp", ".h", ".hpp", ".cc", ".cmake", ".json", ".yaml", ".txt", ".md"}
 
 
-def _files_under(folder: Path) -> list[Path]:
+def _files_under(folder: Path, suffixes: set[str] | None = _SOURCE_SUFFIXES) -> list[Path]:
+    """Files under `folder` (with one of `suffixes`; None: every file)."""
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix in _SOURCE_SUFFIXES)
+                  if p.is_file() and "__pycache__" not in p.parts and (suffixes is None or p.suffix in suffixes))
 
 
 def inputs_digest(root: Path) -> str:
     """One hash of everything a gen of `root` reads (see the module docstring)."""
     h = hashlib.sha256()
     h.update(f"format {_FORMAT} flsdk {FLSDK_VERSION} torch {_torch_version()}\n".encode())
-    backend_files = [root / "device.yaml"] + _files_under(root / "opspec") + _files_under(root / "kernels")
+    # every file of the backend's own folders: kernels may be in any language the
+    # device compiles (device.yaml device_code: .cl, ...), and gen embeds those
+    backend_files = [root / "device.yaml"] + _files_under(root / "opspec", None) + \
+        _files_under(root / "kernels", None)
     for base, files in [(root, backend_files), (opspec_dir(), _files_under(opspec_dir()))] + \
             [(package.parent, _files_under(package)) for package in _PACKAGES]:
         for path in files:
