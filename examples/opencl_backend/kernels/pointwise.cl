@@ -196,3 +196,13 @@ __kernel void gelu_backward_f32(BUF(float, out), BUF(const float, grad), BUF(con
   }
   AT(float, out)[i] = g * d;
 }
+
+// out = mask ? value : x (mask: bool bytes, broadcast by its strides)
+__kernel void masked_fill_f32(BUF(float, out), BUF(const float, x), BUF(const uchar, mask), Layout L, ulong n,
+                              float value) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const uchar, mask)[b] ? value : AT(const float, x)[a];
+}
