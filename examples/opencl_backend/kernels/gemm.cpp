@@ -1,4 +1,4 @@
-// Host parts of mm and addmm (device part: kernels/gemm.cl). Operands are read
+// Host parts of mm, addmm and bmm (device part: kernels/gemm.cl). Operands are read
 // through their strides: a transposed view (linear's weight.t()) costs no copy.
 #include "kernels.h"
 
@@ -47,11 +47,37 @@ at::Tensor gemm(const char* op, const at::Tensor& a, const at::Tensor& b, const 
           runtime::value_arg(N), runtime::value_arg(K), runtime::value_arg(a.stride(0)),
           runtime::value_arg(a.stride(1)), runtime::value_arg(b.stride(0)), runtime::value_arg(b.stride(1)),
           runtime::value_arg(c_rs), runtime::value_arg(c_cs), runtime::value_arg(alpha),
-          runtime::value_arg(beta), runtime::value_arg<std::int32_t>(has_c ? 1 : 0)});
+          runtime::value_arg(beta), runtime::value_arg<std::int32_t>(has_c ? 1 : 0),
+          runtime::value_arg<int64_t>(0), runtime::value_arg<int64_t>(0), runtime::value_arg<int64_t>(0)});
   return out;
 }
 
 }  // namespace
+
+at::Tensor k_bmm(const at::Tensor & self, const at::Tensor & mat2) {
+  TORCH_CHECK(self.dim() == 3 && mat2.dim() == 3, "ocl: bmm: expected 3-D tensors, got ", self.dim(), "-D and ",
+              mat2.dim(), "-D (", self.scalar_type(), ")");
+  TORCH_CHECK(self.size(0) == mat2.size(0) && self.size(2) == mat2.size(1), "ocl: bmm: shapes ", self.sizes(),
+              " and ", mat2.sizes(), " cannot be multiplied");
+  TORCH_CHECK(self.scalar_type() == mat2.scalar_type(), "ocl: bmm: expected both to have the same dtype, got ",
+              self.scalar_type(), " and ", mat2.scalar_type());
+  const int64_t Bn = self.size(0), M = self.size(1), K = self.size(2), N = mat2.size(2);
+  at::Tensor out = at::empty({Bn, M, N}, self.options());
+  if (Bn == 0 || M == 0 || N == 0) return out;
+  runtime::Range range = runtime::Range2D(static_cast<std::size_t>(N), static_cast<std::size_t>(M), kTile, kTile);
+  range.dims = 3;
+  range.global[2] = static_cast<std::size_t>(Bn);
+  range.local[2] = 1;
+  launch("bmm", out.device().index(), "kernels/gemm.cl", "gemm_f32", range,
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+          runtime::buffer_arg(mat2.const_data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+          runtime::value_arg(M), runtime::value_arg(N), runtime::value_arg(K), runtime::value_arg(self.stride(1)),
+          runtime::value_arg(self.stride(2)), runtime::value_arg(mat2.stride(1)), runtime::value_arg(mat2.stride(2)),
+          runtime::value_arg<int64_t>(0), runtime::value_arg<int64_t>(0), runtime::value_arg(1.0f),
+          runtime::value_arg(0.0f), runtime::value_arg<std::int32_t>(0), runtime::value_arg(self.stride(0)),
+          runtime::value_arg(mat2.stride(0)), runtime::value_arg<int64_t>(0)});
+  return out;
+}
 
 at::Tensor k_mm(const at::Tensor & self, const at::Tensor & mat2) {
   return gemm("mm", self, mat2, nullptr, 1.0f, 0.0f);

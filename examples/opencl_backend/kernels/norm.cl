@@ -115,3 +115,75 @@ void batch_norm_backward_f32(BUF(float, grad_in), BUF(float, grad_w), BUF(float,
     if (want_b) AT(float, grad_b)[c] = sdy;
   }
 }
+
+// Layer norm over rows of a contiguous [rows, cols] input, one work-group per
+// row: mean, then the biased variance from squared deviations.
+__kernel __attribute__((reqd_work_group_size(NORM_GROUP, 1, 1)))
+void layer_norm_f32(BUF(float, out), BUF(float, mean_out), BUF(float, rstd_out), BUF(const float, x),
+                    BUF(const float, w), BUF(const float, b), long cols, int has_w, int has_b, float eps) {
+  __local float scratch[NORM_GROUP];
+  const long row = get_group_id(0);
+  const uint lid = get_local_id(0);
+  __global const float* X = AT(const float, x) + row * cols;
+  float s = 0.0f;
+  for (long c = lid; c < cols; c += NORM_GROUP) s += X[c];
+  const float mean = group_sum_n(scratch, s) / (float)cols;
+  float q = 0.0f;
+  for (long c = lid; c < cols; c += NORM_GROUP) {
+    const float d = X[c] - mean;
+    q += d * d;
+  }
+  const float rstd = 1.0f / sqrt(group_sum_n(scratch, q) / (float)cols + eps);
+  for (long c = lid; c < cols; c += NORM_GROUP) {
+    float y = (X[c] - mean) * rstd;
+    if (has_w) y *= AT(const float, w)[c];
+    if (has_b) y += AT(const float, b)[c];
+    AT(float, out)[row * cols + c] = y;
+  }
+  if (lid == 0) {
+    AT(float, mean_out)[row] = mean;
+    AT(float, rstd_out)[row] = rstd;
+  }
+}
+
+// Input gradient, one work-group per row:
+// dx = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat))
+__kernel __attribute__((reqd_work_group_size(NORM_GROUP, 1, 1)))
+void layer_norm_backward_input_f32(BUF(float, grad_in), BUF(const float, dy), BUF(const float, x),
+                                   BUF(const float, mean), BUF(const float, rstd), BUF(const float, w),
+                                   long cols, int has_w) {
+  __local float scratch[NORM_GROUP];
+  const long row = get_group_id(0);
+  const uint lid = get_local_id(0);
+  __global const float* X = AT(const float, x) + row * cols;
+  __global const float* DY = AT(const float, dy) + row * cols;
+  const float m = AT(const float, mean)[row], r = AT(const float, rstd)[row];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (long c = lid; c < cols; c += NORM_GROUP) {
+    const float g = DY[c] * (has_w ? AT(const float, w)[c] : 1.0f);
+    s1 += g;
+    s2 += g * (X[c] - m) * r;
+  }
+  s1 = group_sum_n(scratch, s1) / (float)cols;
+  s2 = group_sum_n(scratch, s2) / (float)cols;
+  for (long c = lid; c < cols; c += NORM_GROUP) {
+    const float g = DY[c] * (has_w ? AT(const float, w)[c] : 1.0f);
+    AT(float, grad_in)[row * cols + c] = r * (g - s1 - (X[c] - m) * r * s2);
+  }
+}
+
+// Weight and bias gradients, one item per column: sums over the rows.
+__kernel void layer_norm_backward_params_f32(BUF(float, grad_w), BUF(float, grad_b), BUF(const float, dy),
+                                             BUF(const float, x), BUF(const float, mean), BUF(const float, rstd),
+                                             long rows, long cols, int want_w, int want_b) {
+  const long c = get_global_id(0);
+  if (c >= cols) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (long r = 0; r < rows; ++r) {
+    const float g = AT(const float, dy)[r * cols + c];
+    sw += g * (AT(const float, x)[r * cols + c] - AT(const float, mean)[r]) * AT(const float, rstd)[r];
+    sb += g;
+  }
+  if (want_w) AT(float, grad_w)[c] = sw;
+  if (want_b) AT(float, grad_b)[c] = sb;
+}

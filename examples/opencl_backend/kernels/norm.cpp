@@ -1,4 +1,5 @@
-// Host parts of batch norm forward and backward (device parts: kernels/norm.cl).
+// Host parts of batch norm and layer norm, forward and backward (device parts:
+// kernels/norm.cl).
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
@@ -122,6 +123,92 @@ runtime::Range per_channel(int64_t C) {
             runtime::value_arg(static_cast<float>(eps)), runtime::value_arg<std::int32_t>(output_mask[0]),
             runtime::value_arg<std::int32_t>(output_mask[1]), runtime::value_arg<std::int32_t>(output_mask[2])});
   }
+  return {grad_in, grad_w, grad_b};
+}
+
+namespace {
+
+// rows x cols of a layer norm: cols the product of normalized_shape, which must
+// be the input's trailing dims.
+void layer_shape(const char* op, const at::Tensor& x, at::IntArrayRef normalized, int64_t* rows, int64_t* cols) {
+  const int64_t nd = x.dim(), k = static_cast<int64_t>(normalized.size());
+  TORCH_CHECK(k >= 1 && k <= nd && x.sizes().slice(nd - k).equals(normalized), "ocl: ", op,
+              ": normalized_shape ", normalized, " must be the trailing dims of the input ", x.sizes());
+  *cols = 1;
+  for (int64_t v : normalized) *cols *= v;
+  *rows = *cols ? x.numel() / *cols : 0;
+}
+
+// mean / rstd of shape input[:axis] + [1] * len(normalized_shape), as the CPU's.
+std::vector<int64_t> stat_shape(const at::Tensor& x, int64_t k) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - k);
+  shape.insert(shape.end(), k, 1);
+  return shape;
+}
+
+runtime::Range per_row(int64_t rows) {
+  runtime::Range r;
+  r.global[0] = static_cast<std::size_t>(rows) * kGroup;
+  r.local[0] = kGroup;
+  return r;
+}
+
+}  // namespace
+
+::std::tuple<at::Tensor,at::Tensor,at::Tensor> k_native_layer_norm(
+    const at::Tensor & input, at::IntArrayRef normalized_shape, const ::std::optional<at::Tensor> & weight,
+    const ::std::optional<at::Tensor> & bias, double eps) {
+  const char* op = "native_layer_norm";
+  int64_t rows = 0, cols = 0;
+  layer_shape(op, input, normalized_shape, &rows, &cols);
+  const bool has_w = given(weight), has_b = given(bias);
+  at::Tensor x = input.contiguous();
+  at::Tensor w = has_w ? channel_vector(op, "weight", *weight, cols) : x;
+  at::Tensor b = has_b ? channel_vector(op, "bias", *bias, cols) : x;
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  const auto stats = stat_shape(x, static_cast<int64_t>(normalized_shape.size()));
+  at::Tensor mean = at::empty(stats, x.options()), rstd = at::empty(stats, x.options());
+  if (rows && cols)
+    launch(op, out.device().index(), "kernels/norm.cl", "layer_norm_f32", per_row(rows),
+           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(mean.data_ptr()),
+            runtime::buffer_arg(rstd.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
+            runtime::buffer_arg(w.const_data_ptr()), runtime::buffer_arg(b.const_data_ptr()), runtime::value_arg(cols),
+            runtime::value_arg<std::int32_t>(has_w), runtime::value_arg<std::int32_t>(has_b),
+            runtime::value_arg(static_cast<float>(eps))});
+  return {out, mean, rstd};
+}
+
+::std::tuple<at::Tensor,at::Tensor,at::Tensor> k_native_layer_norm_backward(
+    const at::Tensor & grad_out, const at::Tensor & input, at::IntArrayRef normalized_shape, const at::Tensor & mean,
+    const at::Tensor & rstd, const ::std::optional<at::Tensor> & weight, const ::std::optional<at::Tensor> & bias,
+    ::std::array<bool,3> output_mask) {
+  const char* op = "native_layer_norm_backward";
+  int64_t rows = 0, cols = 0;
+  layer_shape(op, input, normalized_shape, &rows, &cols);
+  TORCH_CHECK(grad_out.sizes() == input.sizes(), "ocl: ", op, ": grad_out of shape ", grad_out.sizes(),
+              " and input of shape ", input.sizes(), " differ");
+  TORCH_CHECK(mean.numel() == rows && rstd.numel() == rows, "ocl: ", op, ": mean and rstd must have ", rows,
+              " elements (one per row), got ", mean.numel(), " and ", rstd.numel());
+  const bool has_w = given(weight);
+  at::Tensor x = input.contiguous(), dy = grad_out.contiguous(), m = mean.contiguous(), r = rstd.contiguous();
+  at::Tensor w = has_w ? channel_vector(op, "weight", *weight, cols) : x;
+  at::Tensor grad_in = output_mask[0] ? at::empty(x.sizes(), x.options()) : at::Tensor();
+  at::Tensor grad_w = output_mask[1] && has_w ? at::empty(weight->sizes(), x.options()) : at::Tensor();
+  at::Tensor grad_b = output_mask[2] && given(bias) ? at::empty(bias->sizes(), x.options()) : at::Tensor();
+  const int device = x.device().index();
+  if (grad_in.defined() && rows && cols)
+    launch(op, device, "kernels/norm.cl", "layer_norm_backward_input_f32", per_row(rows),
+           {runtime::buffer_arg(grad_in.data_ptr()), runtime::buffer_arg(dy.const_data_ptr()),
+            runtime::buffer_arg(x.const_data_ptr()), runtime::buffer_arg(m.const_data_ptr()),
+            runtime::buffer_arg(r.const_data_ptr()), runtime::buffer_arg(w.const_data_ptr()),
+            runtime::value_arg(cols), runtime::value_arg<std::int32_t>(has_w)});
+  if ((grad_w.defined() || grad_b.defined()) && cols)
+    launch(op, device, "kernels/norm.cl", "layer_norm_backward_params_f32", runtime::Range1D(static_cast<std::size_t>(cols)),
+           {runtime::buffer_arg(grad_w.defined() ? grad_w.data_ptr() : nullptr),
+            runtime::buffer_arg(grad_b.defined() ? grad_b.data_ptr() : nullptr), runtime::buffer_arg(dy.const_data_ptr()),
+            runtime::buffer_arg(x.const_data_ptr()), runtime::buffer_arg(m.const_data_ptr()),
+            runtime::buffer_arg(r.const_data_ptr()), runtime::value_arg(rows), runtime::value_arg(cols),
+            runtime::value_arg<std::int32_t>(grad_w.defined()), runtime::value_arg<std::int32_t>(grad_b.defined())});
   return {grad_in, grad_w, grad_b};
 }
 

@@ -165,3 +165,44 @@ __kernel void add_i64(BUF(long, out), BUF(const long, x), BUF(const long, y), La
   const long v = y_is_scalar ? s : AT(const long, y)[b];
   AT(long, out)[i] = (long)((ulong)AT(const long, x)[a] + (ulong)alpha * (ulong)v);
 }
+
+// gelu (approx 0: exact erf form; 1: tanh form) and its backward from the input.
+#define GELU_K 0.7978845608028654f   /* sqrt(2 / pi) */
+#define GELU_C 0.044715f
+__kernel void gelu_f32(BUF(float, out), BUF(const float, x), Layout L, ulong n, int approx) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float v = AT(const float, x)[a];
+  AT(float, out)[i] = approx ? 0.5f * v * (1.0f + tanh(GELU_K * (v + GELU_C * v * v * v)))
+                             : 0.5f * v * (1.0f + erf(v * 0.7071067811865476f));
+}
+
+__kernel void gelu_backward_f32(BUF(float, out), BUF(const float, grad), BUF(const float, x), Layout L,
+                                ulong n, int approx) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  const float g = AT(const float, grad)[a];
+  const float v = AT(const float, x)[b];
+  float d;
+  if (approx) {
+    const float t = tanh(GELU_K * (v + GELU_C * v * v * v));
+    d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+  } else {
+    d = 0.5f * (1.0f + erf(v * 0.7071067811865476f)) + v * exp(-0.5f * v * v) * 0.3989422804014327f;
+  }
+  AT(float, out)[i] = g * d;
+}
+
+// out = mask ? value : x (mask: bool bytes, broadcast by its strides)
+__kernel void masked_fill_f32(BUF(float, out), BUF(const float, x), BUF(const uchar, mask), Layout L, ulong n,
+                              float value) {
+  const ulong i = get_global_id(0);
+  if (i >= n) return;
+  long o, a, b;
+  layout_offsets(&L, i, &o, &a, &b);
+  AT(float, out)[i] = AT(const uchar, mask)[b] ? value : AT(const float, x)[a];
+}

@@ -111,6 +111,55 @@ at::Tensor k_sigmoid_backward(const at::Tensor & grad_output, const at::Tensor &
   return binary("sigmoid_backward", "sigmoid_backward_f32", grad_output, output, nullptr);
 }
 
+namespace {
+int gelu_approx(c10::string_view approximate) {
+  TORCH_CHECK(approximate == "none" || approximate == "tanh", "ocl: gelu: approximate must be 'none' or 'tanh', got '",
+              std::string(approximate), "'");
+  return approximate == "tanh" ? 1 : 0;
+}
+}  // namespace
+
+at::Tensor k_gelu(const at::Tensor & self, c10::string_view approximate) {
+  const int approx = gelu_approx(approximate);
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = broadcast_layout("gelu", self.sizes(), {&self});
+  launch("gelu", out.device().index(), "kernels/pointwise.cl", "gelu_f32", runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()), runtime::value_arg(L),
+          runtime::value_arg<std::uint64_t>(n), runtime::value_arg<std::int32_t>(approx)});
+  return out;
+}
+
+at::Tensor k_gelu_backward(const at::Tensor & grad_output, const at::Tensor & self, c10::string_view approximate) {
+  const int approx = gelu_approx(approximate);
+  const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), self.sizes());
+  at::Tensor out = at::empty(shape, grad_output.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const runtime::Layout L = broadcast_layout("gelu_backward", shape, {&grad_output, &self});
+  launch("gelu_backward", out.device().index(), "kernels/pointwise.cl", "gelu_backward_f32", runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(grad_output.const_data_ptr()),
+          runtime::buffer_arg(self.const_data_ptr()), runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n),
+          runtime::value_arg<std::int32_t>(approx)});
+  return out;
+}
+
+at::Tensor k_masked_fill_Scalar(const at::Tensor & self, const at::Tensor & mask, const at::Scalar & value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "ocl: masked_fill: expected a bool mask, got ", mask.scalar_type());
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor out = at::empty(shape, self.options());
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  at::Tensor m = mask.device() == self.device() ? mask : mask.to(self.device());  // a 0-dim CPU mask
+  const runtime::Layout L = broadcast_layout("masked_fill.Scalar", shape, {&self, &m});
+  launch("masked_fill.Scalar", out.device().index(), "kernels/pointwise.cl", "masked_fill_f32", runtime::Range1D(n),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()),
+          runtime::buffer_arg(m.const_data_ptr()), runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n),
+          runtime::value_arg(value.toFloat())});
+  return out;
+}
+
 at::Tensor k_div_Tensor(const at::Tensor & self, const at::Tensor & other) {
   return binary("div.Tensor", "div_f32", self, other, nullptr);
 }
