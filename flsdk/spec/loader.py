@@ -349,7 +349,7 @@ class _DeviceReader:
         try:
             return parse_size(_at(self.data, path))
         except SizeError as exc:
-            self.errors.add(self.doc.error(path, exc.message, exc.expected))
+            self.error(path, exc.message, exc.expected)
             return default or 1
 
 
