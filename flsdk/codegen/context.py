@@ -54,6 +54,16 @@ STATIC_GLUE = frozenset({
     "memory_history.cpp",
     "adapter_contract.h", "adapter_contract.cpp",
 })
+# flsdk's kernel library (flsdk/kernel_lib/, common.h says what is in it): the
+# helpers kernels use, copied verbatim into generated/kernel_lib/ so that a fix
+# reaches every backend at its next gen. convert.cpp, the one source, calls the
+# backend's port (port.h: kernels/kernel_port.cpp), which only a backend whose
+# device parts run as host code (runtime_primitives: host_kernels) defines: it
+# is compiled for those alone.
+KERNEL_LIB_DIR = "flsdk/kernel_lib"
+KERNEL_LIB = ("common.h", "dtype.h", "errors.h", "args.h", "alloc.h", "device.h", "iter.h",
+              "pointwise.h", "parallel.h", "dense.h", "port.h", "convert.cpp")
+KERNEL_LIB_SOURCE = "kernel_lib/convert.cpp"
 # Static glue written only for a backend with kernels in a device language
 # (device.yaml device_code): the lookup of generated/device_sources.cpp.
 DEVICE_CODE_GLUE = ("device_sources.h",)
@@ -475,7 +485,10 @@ def build_context(backend: Backend, scan: KernelScan, torch_version: str) -> Bac
     # FLSDK_DEVICE_SOURCES for runtime/runtime.cmake, apart from the glue.
     values["glue_sources"] = [out.path.removeprefix("generated/") for out in outputs
                               if out.path.startswith("generated/") and out.path.endswith(".cpp")
-                              and out.path != "generated/device_sources.cpp"]
+                              and out.path not in ("generated/device_sources.cpp",
+                                                   f"generated/{KERNEL_LIB_SOURCE}")]
+    if "host_kernels" in d.runtime_primitives:
+        values["glue_sources"].append(KERNEL_LIB_SOURCE)
     values["device_sources_cpp"] = bool(d.device_code_suffixes)
     values["glue_unity_groups"] = [
         {"name": name, "files": [f for f in files if f in values["glue_sources"]]}
@@ -656,6 +669,8 @@ def _cpp_outputs(backend: Backend, regs: _Registrations) -> tuple[list[Output], 
     outputs = [Output(name, f"generated/{name}", {}, static=True) if name in STATIC_GLUE
                else Output(f"cpp/{name}.j2", f"generated/{name}", extra.get(name, {}))
                for name in GENERATED_CPP]
+    outputs += [Output(name, f"generated/kernel_lib/{name}", {}, static=True, static_dir=KERNEL_LIB_DIR)
+                for name in KERNEL_LIB]
     # Kernels in the device's language (device.yaml device_code): embedded for the
     # driver's compiler, generated only for a backend that has such kernels.
     if d.device_code_suffixes:

@@ -191,7 +191,8 @@ def generate(root: str | Path, *, check: bool = False, dry_run: bool = False,
         body = env.get_template(out.template).render(header="", header_py="", header_cmake="",
                                                      **ctx.values, **out.extra)
         writer.write(out.path, with_header(out.path, body.lstrip("\n"), sources))
-    writer.remove_obsolete("generated", {out.path for out in ctx.outputs})
+    for folder in ("generated", "generated/kernel_lib"):
+        writer.remove_obsolete(folder, {out.path for out in ctx.outputs})
 
     functions = signatures.native_functions()
     lock = {"torch_version": torch_version, "memory_model": backend.descriptor.memory_model,

@@ -1,7 +1,7 @@
-// Output allocation and input preparation for acme's elementwise kernels:
-// broadcast shapes, PyTorch type promotion (at::result_type rules, including
-// wrapped Python scalars), output allocation on the acme device, and acme's
-// own dtype conversion loop (used when inputs differ from the compute dtype).
+// Output allocation and input preparation for elementwise kernels: broadcast
+// shapes, PyTorch type promotion (at::result_type rules, including wrapped
+// Python scalars), output allocation on the backend's device, and the library's
+// dtype conversion loop (used when inputs differ from the compute dtype).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,7 +18,7 @@
 #include <initializer_list>
 #include <vector>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 using TensorList = std::initializer_list<const at::Tensor*>;
 
@@ -38,7 +38,7 @@ inline std::vector<int64_t> broadcast_shape(const char* op, TensorList ins) {
         continue;
       }
       std::ostringstream msg;
-      msg << "acme: " << op << ": shapes are not broadcastable:";
+      msg << kBackend << ": " << op << ": shapes are not broadcastable:";
       for (const at::Tensor* u : ins)
         if (u && u->defined()) msg << " " << u->sizes();
       TORCH_CHECK(false, msg.str());
@@ -59,7 +59,7 @@ inline at::ScalarType promote(TensorList ins, std::initializer_list<const at::Sc
   return at::native::result_type(st);
 }
 
-// The acme device the op runs on: the first tensor that is not a CPU scalar
+// The device the op runs on: the first tensor that is not a CPU scalar
 // (the generated wrapper has checked that all of them share it).
 inline const at::Tensor& device_tensor(const char* op, TensorList ins) {
   const at::Tensor* first = nullptr;
@@ -68,7 +68,7 @@ inline const at::Tensor& device_tensor(const char* op, TensorList ins) {
     if (!first) first = t;
     if (!is_cpu_scalar(*t)) return *t;
   }
-  TORCH_CHECK(first != nullptr, "acme: ", op, ": no tensor arguments");
+  TORCH_CHECK(first != nullptr, kBackend, ": ", op, ": no tensor arguments");
   return *first;
 }
 
@@ -91,24 +91,26 @@ inline at::Tensor alloc_output(const char* op, TensorList ins, c10::IntArrayRef 
 
 // out <- in with dtype conversion, queued on the stream; shapes must be
 // broadcast-compatible with out (out's shape is the iteration shape). Any
-// layout on either side. Defined once, in copy.cpp: its 100 dtype-pair loops
-// would otherwise be compiled again in every kernel file that converts.
+// layout on either side. Defined once, in convert.cpp (compiled with the glue
+// of a backend whose device parts run as host code, runtime_primitives:
+// host_kernels): its 100 dtype-pair loops would otherwise be compiled again in
+// every kernel file that converts.
 void convert_into(const char* op, const at::Tensor& out, const at::Tensor& in);
 
 // `t` converted to dtype `st` (same device, contiguous), or `t` itself if it
 // already has that dtype. A CPU scalar stays a CPU scalar (converted on the
-// host, in its own memory). Defined in copy.cpp, as convert_into.
+// host, in its own memory). Defined in convert.cpp, as convert_into.
 at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st);
 
-// A CPU scalar or 1-element acme tensor as a Scalar (a tensor argument torch
-// treats as a value, e.g. masked_fill's). An acme tensor's value is copied to
+// A CPU scalar or 1-element device tensor as a Scalar (a tensor argument torch
+// treats as a value, e.g. masked_fill's). A device tensor's value is copied to
 // the host after the work queued before: the host waits, as CUDA's item() does.
 inline at::Scalar tensor_to_scalar(const char* op, const at::Tensor& t) {
-  ACME_CHECK_T(t.numel() == 1, op, t, "expected a 1-element tensor, got shape ", t.sizes());
+  FL_CHECK_T(t.numel() == 1, op, t, "expected a 1-element tensor, got shape ", t.sizes());
   if (!t.device().is_cpu()) return t.item();
   at::Scalar r;
   dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     const T v = *static_cast<const T*>(t.const_data_ptr());
     if constexpr (std::is_same_v<T, bool>) r = at::Scalar(v);
     else if constexpr (is_floating_v<T>) r = at::Scalar(static_cast<double>(v));
@@ -147,4 +149,4 @@ inline StridedIter make_iter(const Elementwise& e) {
   return it;
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

@@ -1,11 +1,13 @@
 // Kernel arguments as host parts pass them on.
 #pragma once
 
+#include "device_config.h"  // FLSDK_BACKEND_NS
+
 #include <ATen/core/Tensor.h>
 
 #include <optional>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 // An optional tensor argument as a tensor: undefined when absent or undefined,
 // so a host part hands optional weights and biases on as plain tensors (and
@@ -15,4 +17,4 @@ inline const at::Tensor& opt(const std::optional<at::Tensor>& t) {
   return (t.has_value() && t->defined()) ? *t : undefined;
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

@@ -1,23 +1,29 @@
-// acme's shared kernel helpers; include this from kernels/*.cpp as
-//   #include "common/common.h"
+// flsdk's kernel library: the helpers every kernel of a flsdk backend may use
+// (acme's kernels use them all). `flsdk gen` copies this folder verbatim into
+// generated/kernel_lib/ (fixes reach every backend at its next gen); include
+// it from kernels/*.cpp as
+//   #include "kernel_lib/common.h"
+// and open `using namespace <backend>::common;` in the kernel's namespace.
+//
+// Host part (any backend):
 // dtype.h   - dtype sets, dispatch<Set>(op, device, dtype, lambda), opmath_t,
 //             acc_t, cvt<To>(v)
-// errors.h  - ACME_CHECK / ACME_CHECK_T ("acme: <op>: ... (device, dtype)")
-// iter.h    - StridedIter (broadcasting, coalescing) and map1/map2/map3 loops
+// errors.h  - FL_CHECK / FL_CHECK_T ("<backend>: <op>: ... (device, dtype)")
+// args.h    - opt(optional tensor) for host parts
 // alloc.h   - broadcast_shape, promote, alloc_output, cast, prepare/make_iter
-// pointwise.h - unary_kernel/binary_kernel/ternary_kernel drivers, float_compute
-// The other headers here are included by the kernels that need them (they pull in
-// BLAS or the vector math, which elementwise kernels do not): see ../README.md.
-// args.h     - opt(optional tensor) for host parts
+// Device part run as host code (runtime_primitives: host_kernels; the backend
+// defines port.h's functions in kernels/kernel_port.cpp):
 // device.h   - DeviceTensor, launch, read_on_host: host part vs device part
+// iter.h     - StridedIter (broadcasting, coalescing) and map1/map2/map3 loops
+// pointwise.h - unary_kernel/binary_kernel/ternary_kernel drivers, float_compute
 // parallel.h - parallel_for/parallel_reduce over the compute units
-// dense.h    - nn::load/store/OutBuf/dispatch_compute: dense staging (BLAS, reductions)
-// gemm.h     - nn::gemm on strided matrix views (vendor BLAS or sgemm.h)
-// nn_math.h  - vectorizable exp and sums for softmax and norms
-// vec_math.h, vec_tensor.h - acme's vector math on arrays and float32 tensors
+// dense.h    - nn::load/store/OutBuf/dispatch_compute: dense staging for BLAS,
+//              reductions and row-wise math (included by the kernels that need it)
+// docs/writing-a-kernel.md of a scaffolded backend teaches them.
 #pragma once
 
 #include "alloc.h"
+#include "args.h"
 #include "dtype.h"
 #include "errors.h"
 #include "iter.h"

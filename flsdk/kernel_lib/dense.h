@@ -1,6 +1,6 @@
-// Staging buffers for acme's matrix and neural-network kernels (linalg, conv,
+// Staging buffers for matrix and neural-network kernels (linalg, conv,
 // pool, norm, softmax, loss, embedding): device-part helpers. They take the
-// DeviceTensors a kernel's host part handed to its device part (common/device.h).
+// DeviceTensors a kernel's host part handed to its device part (device.h).
 //
 // Those kernels do their math on dense row-major arrays of the compute type
 // (float for float32/float16/bfloat16, double for float64): BLAS needs dense
@@ -19,24 +19,24 @@
 #include <cstdint>
 #include <vector>
 
-namespace acme::kernels::nn {
+namespace FLSDK_BACKEND_NS::kernels::nn {
 
-// The vocabulary of common/ these helpers speak: the same dtype sets, Tag and
+// The vocabulary of the library these helpers speak: the same dtype sets, Tag and
 // dispatch, iterator and DeviceTensor as the elementwise kernels.
-using ::acme::common::DeviceTensor;
-using ::acme::common::StridedIter;
-using ::acme::common::Tag;
-using ::acme::common::check_dtype;
-using ::acme::common::cvt;
-using ::acme::common::dispatch;
-using ::acme::common::map1;
-using ::acme::common::opmath_t;
+using ::FLSDK_BACKEND_NS::common::DeviceTensor;
+using ::FLSDK_BACKEND_NS::common::StridedIter;
+using ::FLSDK_BACKEND_NS::common::Tag;
+using ::FLSDK_BACKEND_NS::common::check_dtype;
+using ::FLSDK_BACKEND_NS::common::cvt;
+using ::FLSDK_BACKEND_NS::common::dispatch;
+using ::FLSDK_BACKEND_NS::common::map1;
+using ::FLSDK_BACKEND_NS::common::opmath_t;
 
 // Float dtypes every kernel in these families supports: common's kFloating set.
-constexpr unsigned kNNFloat = ::acme::common::kFloating;
+constexpr unsigned kNNFloat = ::FLSDK_BACKEND_NS::common::kFloating;
 
 // The dtype check these kernels share: a defined tensor must be one of kNNFloat,
-// or the acme dtype error naming op, device and dtype. (Devices are already
+// or the library's dtype error naming op, device and dtype. (Devices are already
 // checked by the generated wrapper: docs/architecture.md, "Wrapper -> kernel".)
 template <class Tensor>
 inline void check_float(const char* op, const Tensor& t) {
@@ -79,7 +79,7 @@ inline void load_into(const char* op, const DeviceTensor& t, c10::IntArrayRef sh
   it.add(t);
   it.build();
   dispatch<kNNFloat>(op, t.device(), t.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     map1<Acc, T>(it, [](T v) { return cvt<Acc, T>(v); });
   });
 }
@@ -121,7 +121,7 @@ inline void store(const char* op, const Acc* src, const DeviceTensor& dst) {
   it.add_strided(reinterpret_cast<char*>(const_cast<Acc*>(src)), dst.sizes(), st, sizeof(Acc));
   it.build();
   dispatch<kNNFloat>(op, dst.device(), dst.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     map1<T, Acc>(it, [](Acc v) { return v; });
   });
 }
@@ -154,7 +154,7 @@ struct OutBuf {
 template <class Tensor, class F>
 inline void dispatch_compute(const char* op, const Tensor& t, F&& f) {
   dispatch<kNNFloat>(op, t.device(), t.scalar_type(),
-                     [&](auto tag) { f(Tag<opmath_t<ACME_T(tag)>>{}); });
+                     [&](auto tag) { f(Tag<opmath_t<FL_T(tag)>>{}); });
 }
 
-}  // namespace acme::kernels::nn
+}  // namespace FLSDK_BACKEND_NS::kernels::nn

@@ -1,10 +1,10 @@
-// The two parts of an acme kernel, as on any discrete accelerator:
+// The two parts of a kernel, as on any discrete accelerator:
 //
 // * the host part runs in the caller's thread: it checks the arguments,
 //   allocates the outputs (at::empty on the device) and describes the tensors
 //   it hands on (DeviceTensor: a device address and a layout, no reference to
-//   the at::Tensor). It never reads device memory: acme's device addresses are
-//   not readable by host code at all.
+//   the at::Tensor). It never reads device memory: on a discrete device the
+//   host cannot, and the simulators stop a host read with a report.
 // * the device part runs on the current stream, after the work queued before
 //   it (launch). Inside it DeviceTensor::data_ptr gives the device's view of
 //   the bytes. It may run after the kernel returned: it captures by value,
@@ -22,29 +22,33 @@
 //
 // A kernel whose output size depends on data (nonzero, unique) copies the count
 // to the host on the stream and waits for it (read_on_host below), as CUDA's do.
+//
+// The device part runs as host code (a simulator, a CPU-like chip): the backend
+// queues it through its port (port.h, kernels/kernel_port.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
-#include "acme_runtime.h"
+#include "dtype.h"
 #include "kernel_api.h"
 #include "parallel.h"
+#include "port.h"
 
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <utility>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 // The device's view of device address `p`, inside device work; a host pointer
 // (scratch memory of the device part) comes back as it is. Throws on the host:
 // host code never reaches device memory.
 inline void* device_view(const void* p) {
   if (p == nullptr) return nullptr;
-  void* v = ::acme::runtime::device_or_host_view(p);
-  TORCH_CHECK(v != nullptr, "acme: a kernel's host part read device memory (", p,
+  void* v = port::device_or_host_view(p);
+  TORCH_CHECK(v != nullptr, kBackend, ": a kernel's host part read device memory (", p,
               "): only its device part, queued with launch(), reaches it");
   return v;
 }
@@ -70,7 +74,7 @@ class DeviceTensor {
       // A wrapped Python number (0-dim CPU tensor): its value travels with the
       // work, the tensor may be gone when the device runs.
       TORCH_CHECK(t.numel() == 1 && static_cast<size_t>(t.element_size()) <= sizeof(value_),
-                  "acme: only 0-dim CPU tensors may be handed to a kernel's device part");
+                  kBackend, ": only 0-dim CPU tensors may be handed to a kernel's device part");
       std::memcpy(value_, t.const_data_ptr(), static_cast<size_t>(t.element_size()));
       on_host_ = true;
     } else {
@@ -108,7 +112,7 @@ class DeviceTensor {
 
   // The same bytes seen with another shape; the tensor must be contiguous.
   DeviceTensor reshape(c10::IntArrayRef sizes) const {
-    TORCH_CHECK(contiguous_, "acme: DeviceTensor::reshape of a non-contiguous tensor");
+    TORCH_CHECK(contiguous_, kBackend, ": DeviceTensor::reshape of a non-contiguous tensor");
     DeviceTensor out = *this;
     out.sizes_.assign(sizes.begin(), sizes.end());
     out.strides_.resize(sizes.size());
@@ -156,12 +160,12 @@ inline void spoil_first_element(const DeviceTensor& t) {
 // profile shows on the device lane); `kind` says what it is (a fill is a Memset).
 template <class Body>
 inline void launch(const at::Tensor& on, Body&& body,
-                   ::acme::runtime::ActivityKind kind = ::acme::runtime::ActivityKind::Kernel) {
+                   runtime::ActivityKind kind = runtime::ActivityKind::Kernel) {
   const int device = on.device().index();
-  const char* name = ::acme::current_kernel();
+  const char* name = ::FLSDK_BACKEND_NS::current_kernel();
   std::function<void()> work;
-  if (acmeKernelIsWrong(name)) {
-    // Option "wrong_kernel" names this kernel: its result is spoiled on purpose
+  if (port::kernel_is_wrong(name)) {
+    // The port's fault injection names this kernel: its result is spoiled on purpose
     // (`on` is the output of nearly every kernel).
     work = [threads = intra_op_threads(), body = std::forward<Body>(body), spoiled = DeviceTensor(on)] {
       LaunchedThreads scope(threads);
@@ -175,22 +179,43 @@ inline void launch(const at::Tensor& on, Body&& body,
     };
   }
   const auto status =
-      ::acme::runtime::launch(device, ::acme::launch_stream(device), std::move(work), name, kind);
-  ::acme::check_status(status, "launch");
+      port::queue(device, ::FLSDK_BACKEND_NS::launch_stream(device), std::move(work), name, kind);
+  ::FLSDK_BACKEND_NS::check_status(status, "launch");
 }
 
 // The `n` elements of type T at device address `p`, copied to the host after
 // the work queued on the current stream: the host waits (a kernel whose output
-// shape depends on data, counted by torch_fl.host_syncs() as "kernel").
+// shape depends on data, counted by torch_fl.host_syncs() as "kernel"). With
+// runtime_primitives: pinned_host the copy lands in page-locked memory from the
+// runtime (the DMA engine reaches no other host memory) and is moved to `out`.
 template <class T>
 inline void read_on_host(const char* op, const at::Tensor& on, const void* p, T* out, size_t n) {
   if (n == 0) return;
   const int device = on.device().index();
-  ::acme::check_status(::acme::runtime::memcpy(out, p, n * sizeof(T),
-                                               ::acme::runtime::CopyKind::DeviceToHost, device,
-                                               ::acme::launch_stream(device)),
-                       "memcpy");
-  ::acme::wait_for_device_results(static_cast<c10::DeviceIndex>(device), op);
+  const size_t bytes = n * sizeof(T);
+  // Freed once the copy is known to be done; after a failed wait the copy may
+  // still be queued, so the block is left to it (a leak, not a corruption).
+  struct Staging {
+    void* ptr = nullptr;
+    bool copied = false;
+    ~Staging() {
+      if constexpr (::FLSDK_BACKEND_NS::config::kRuntimeHasPinnedHost) {
+        if (ptr != nullptr && copied) (void)runtime::host_free(ptr);
+      }
+    }
+  } staging;
+  void* dst = out;
+  if constexpr (::FLSDK_BACKEND_NS::config::kRuntimeHasPinnedHost) {
+    ::FLSDK_BACKEND_NS::check_status(runtime::host_alloc(bytes, &staging.ptr), "host_alloc");
+    dst = staging.ptr;
+  }
+  ::FLSDK_BACKEND_NS::check_status(
+      runtime::memcpy(dst, p, bytes, runtime::CopyKind::DeviceToHost, device,
+                      ::FLSDK_BACKEND_NS::launch_stream(device)),
+      "memcpy");
+  ::FLSDK_BACKEND_NS::wait_for_device_results(static_cast<c10::DeviceIndex>(device), op);
+  staging.copied = true;
+  if (dst != out) std::memcpy(out, dst, bytes);
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

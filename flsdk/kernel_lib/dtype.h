@@ -1,8 +1,9 @@
-// acme's own dtype machinery: type tags, a dispatch over acme's dtype sets,
+// The kernel library's dtype machinery: type tags, a dispatch over dtype sets,
 // compute (opmath) and accumulation types, and value conversions.
-// acme does not use ATen's AT_DISPATCH macros: a chip vendor decides which
-// dtypes its kernels support, and an unsupported dtype must fail with a clear
-// message naming op, device and dtype instead of a generic ATen error.
+// It is used instead of ATen's AT_DISPATCH macros: a kernel names the dtypes it
+// computes (a set below), instantiates its body for those only, and an
+// unsupported dtype fails with a clear message naming op, device and dtype
+// instead of a generic ATen error.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -11,19 +12,24 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include "device_config.h"
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
+
+// The backend's name, first word of every kernel error ("acme: add: ...").
+inline constexpr const char* kBackend = ::FLSDK_BACKEND_NS::config::kBackendName;
 
 // A value that carries a C++ element type into a generic lambda:
-//   dispatch<kAll>(op, dev, st, [&](auto tag) { using T = ACME_T(tag); ... });
+//   dispatch<kAll>(op, dev, st, [&](auto tag) { using T = FL_T(tag); ... });
 template <class T>
 struct Tag {
   using type = T;
 };
-#define ACME_T(tag) typename std::decay_t<decltype(tag)>::type
+#define FL_T(tag) typename std::decay_t<decltype(tag)>::type
 
 // dtype sets, as bit masks, so the dispatch only instantiates the kernel body
 // for the dtypes the kernel supports (bitwise ops never see float types).
@@ -45,7 +51,7 @@ constexpr unsigned kAllNoBool = kFloating | kIntegral;
 constexpr unsigned kAll = kAllNoBool | kBool;
 constexpr unsigned kIntegralAndBool = kIntegral | kBool;
 
-// Bit of a ScalarType in the sets above; 0 for dtypes acme never supports.
+// Bit of a ScalarType in the sets above; 0 for dtypes no set holds.
 inline unsigned dtype_bit(c10::ScalarType st) {
   switch (st) {
     case c10::ScalarType::Float: return kF32;
@@ -95,10 +101,10 @@ inline std::string dtype_set_names(unsigned set) {
   return s;
 }
 
-// "acme: <op>: dtype <dt> not supported on <device> (supported: ...)"
+// "<backend>: <op>: dtype <dt> not supported on <device> (supported: ...)"
 [[noreturn]] inline void fail_dtype(const char* op, c10::Device device,
                                     c10::ScalarType st, unsigned set) {
-  TORCH_CHECK_TYPE(false, "acme: ", op, ": dtype ", dtype_name(st),
+  TORCH_CHECK_TYPE(false, kBackend, ": ", op, ": dtype ", dtype_name(st),
                    " not supported on ", device.str(),
                    " (supported: ", dtype_set_names(set), ")");
 }
@@ -169,7 +175,7 @@ using acc_t = std::conditional_t<
     is_floating_v<T>, std::conditional_t<std::is_same_v<T, double>, double, float>,
     int64_t>;
 
-// Value conversion between any two acme element types. Conversion to bool is
+// Value conversion between any two element types of the sets above. Conversion to bool is
 // "!= 0" (NaN is true, as in torch); reduced floats go through float.
 template <class To, class From>
 inline To cvt(From v) {
@@ -190,4 +196,4 @@ inline To cvt(From v) {
   }
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

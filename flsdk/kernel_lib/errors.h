@@ -1,4 +1,4 @@
-// Error helpers: every acme kernel error reads "acme: <op>: <what>", and the
+// Error helpers: every kernel error reads "<backend>: <op>: <what>", and the
 // tensor-specific ones add the device and dtype, so a user can tell which op on
 // which device rejected which input.
 #pragma once
@@ -11,14 +11,14 @@
 #include <sstream>
 #include <string>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
-// Generic argument check: ACME_CHECK(cond, "op.overload", "message parts", ...)
-#define ACME_CHECK(cond, op, ...) TORCH_CHECK((cond), "acme: ", (op), ": ", __VA_ARGS__)
-#define ACME_CHECK_INDEX(cond, op, ...) \
-  TORCH_CHECK_INDEX((cond), "acme: ", (op), ": ", __VA_ARGS__)
-#define ACME_CHECK_VALUE(cond, op, ...) \
-  TORCH_CHECK_VALUE((cond), "acme: ", (op), ": ", __VA_ARGS__)
+// Generic argument check: FL_CHECK(cond, "op.overload", "message parts", ...)
+#define FL_CHECK(cond, op, ...) TORCH_CHECK((cond), ::FLSDK_BACKEND_NS::common::kBackend, ": ", (op), ": ", __VA_ARGS__)
+#define FL_CHECK_INDEX(cond, op, ...) \
+  TORCH_CHECK_INDEX((cond), ::FLSDK_BACKEND_NS::common::kBackend, ": ", (op), ": ", __VA_ARGS__)
+#define FL_CHECK_VALUE(cond, op, ...) \
+  TORCH_CHECK_VALUE((cond), ::FLSDK_BACKEND_NS::common::kBackend, ": ", (op), ": ", __VA_ARGS__)
 
 // " (device acme:0, dtype float32)" suffix for messages about one tensor.
 inline std::string where(const at::Tensor& t) {
@@ -28,8 +28,8 @@ inline std::string where(const at::Tensor& t) {
 }
 
 // Check on one tensor argument, with device and dtype in the message.
-#define ACME_CHECK_T(cond, op, tensor, ...) \
-  TORCH_CHECK((cond), "acme: ", (op), ": ", __VA_ARGS__, ::acme::common::where(tensor))
+#define FL_CHECK_T(cond, op, tensor, ...) \
+  TORCH_CHECK((cond), ::FLSDK_BACKEND_NS::common::kBackend, ": ", (op), ": ", __VA_ARGS__, ::FLSDK_BACKEND_NS::common::where(tensor))
 
 inline std::string shape_str(c10::IntArrayRef s) {
   std::ostringstream o;
@@ -37,7 +37,7 @@ inline std::string shape_str(c10::IntArrayRef s) {
   return o.str();
 }
 
-// Tensors an acme kernel reads must live on the acme device of the output;
+// Tensors a kernel reads must live on the device of the output;
 // CPU 0-dim tensors (Python scalars wrapped by torch) are the one exception
 // and are read on the host.
 inline bool is_cpu_scalar(const at::Tensor& t) {
@@ -47,9 +47,9 @@ inline bool is_cpu_scalar(const at::Tensor& t) {
 // A dim argument in [-ndim, ndim) made non-negative; 0-dim tensors accept 0 and -1.
 inline int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
   const int64_t n = ndim > 1 ? ndim : 1;
-  ACME_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
+  FL_CHECK_INDEX(d >= -n && d < n, op, "dimension out of range (expected to be in range of [",
                    -n, ", ", n - 1, "], but got ", d, ")");
   return d < 0 ? d + n : d;
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

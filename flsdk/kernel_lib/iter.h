@@ -1,4 +1,4 @@
-// acme's strided N-d iterator: walks up to kMaxOperands tensors of one
+// The library's strided N-d iterator: walks up to kMaxOperands tensors of one
 // broadcast iteration shape, calling a loop body on the innermost dimension.
 // Setup merges ("coalesces") dimensions that are contiguous across all
 // operands, so same-shape contiguous tensors become one flat loop and the
@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 constexpr int kMaxOperands = 5;
 constexpr int kMaxDims = 25;
@@ -30,7 +30,7 @@ class StridedIter {
  public:
   // `shape` is the iteration shape (for elementwise ops: the broadcast shape).
   explicit StridedIter(c10::IntArrayRef shape) : ndim_(static_cast<int>(shape.size())) {
-    TORCH_CHECK(ndim_ <= kMaxDims, "acme: tensors with more than ", kMaxDims,
+    TORCH_CHECK(ndim_ <= kMaxDims, kBackend, ": tensors with more than ", kMaxDims,
                 " dimensions are not supported");
     numel_ = 1;
     for (int d = 0; d < ndim_; ++d) {
@@ -56,17 +56,17 @@ class StridedIter {
   // permuted dims, or a host scalar with empty sizes).
   int add_strided(char* data, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                   int64_t elsize) {
-    TORCH_CHECK(nops_ < kMaxOperands, "acme: iterator supports at most ", kMaxOperands,
+    TORCH_CHECK(nops_ < kMaxOperands, kBackend, ": iterator supports at most ", kMaxOperands,
                 " operands");
     const int k = nops_++;
     base_[k] = data;
     const int off = ndim_ - static_cast<int>(sizes.size());
-    TORCH_CHECK(off >= 0, "acme: operand has more dims than the iteration shape");
+    TORCH_CHECK(off >= 0, kBackend, ": operand has more dims than the iteration shape");
     for (int d = 0; d < ndim_; ++d) {
       int64_t st = 0;
       if (d >= off) {
         const int64_t sz = sizes[d - off];
-        TORCH_CHECK(sz == shape_[d] || sz == 1, "acme: operand of shape ", sizes,
+        TORCH_CHECK(sz == shape_[d] || sz == 1, kBackend, ": operand of shape ", sizes,
                     " does not broadcast to ", c10::IntArrayRef(shape_, ndim_));
         st = (sz == 1 && shape_[d] != 1) ? 0 : strides[d - off] * elsize;
       }
@@ -310,4 +310,4 @@ inline void map3(const StridedIter& it, F f) {
   });
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

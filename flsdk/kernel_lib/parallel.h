@@ -1,4 +1,4 @@
-// Parallel loops over acme's compute units (runtime/compute_units.h).
+// Parallel loops over the device's compute units (port.h run_units).
 //
 //   parallel_for(n, grain, [&](int64_t begin, int64_t end) { ... });
 //   T r = parallel_reduce(n, grain, identity, chunk_fn, combine);
@@ -12,28 +12,31 @@
 // Loops of at most one chunk run on the caller without touching the pool.
 //
 // The loop body is compiled once: every call, one chunk or many, reaches it
-// through units::run's out-of-line function pointer. An inline shortcut for
+// through run_units's out-of-line function pointer. An inline shortcut for
 // the one-chunk case would be a second copy of every vectorized loop body in
 // every kernel (it once doubled acme's compile time); the indirect call costs
 // nanoseconds.
 //
 // Units used: min(the device's compute units, torch's intra-op thread count):
-// acme's units are host threads that share the cores with torch's CPU work,
-// so torch.set_num_threads(1) makes acme single-unit as it makes CPU
+// a simulator's units are host threads that share the cores with torch's CPU
+// work, so torch.set_num_threads(1) makes the device single-unit as it makes CPU
 // single-threaded (the same rule as the BLAS threads in gemm.h). The count is
 // read process-wide (intra_op_threads below), not per thread.
 #pragma once
 
+#include "device_config.h"  // FLSDK_BACKEND_NS
+
 #include <ATen/Parallel.h>
 
-#include "compute_units.h"
+#include "port.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 // Grain sizes (elements per chunk) by cost per element: a chunk should take
 // tens of microseconds, well above the cost of waking a worker.
@@ -44,7 +47,7 @@ constexpr int64_t kGrainHeavy = 1024;   // scalar libm calls, erfinv, lgamma
 // torch's intra-op thread count, as torch documents it: one setting for the
 // process. torch (OpenMP build) keeps it per thread: set_num_threads changes
 // the calling thread's count and the default of threads that start later. The
-// autograd engine runs acme's backward kernels on a device thread of its own,
+// autograd engine runs a backend's backward kernels on a device thread of its own,
 // started at the first backward, which keeps the count of that moment: after
 // set_num_threads(1) -> backward -> set_num_threads(2), every backward kernel
 // would still run on one unit and one BLAS thread. So the most recent change
@@ -85,12 +88,20 @@ inline int intra_op_threads() {
 
 inline int max_units() { return intra_op_threads(); }
 
+// f(i) for every chunk i in [0, n), through the port's out-of-line run_units.
+template <class F>
+inline void run_chunks(int64_t n, int units, F&& f) {
+  using Fn = std::remove_reference_t<F>;
+  port::run_units(n, units, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); },
+                  const_cast<void*>(static_cast<const void*>(&f)));
+}
+
 template <class F>
 inline void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t chunks = (n + grain - 1) / grain;
-  units::run(chunks, max_units(), [&](int64_t c) {
+  run_chunks(chunks, max_units(), [&](int64_t c) {
     const int64_t begin = c * grain;
     f(begin, std::min(n, begin + grain));
   });
@@ -104,7 +115,7 @@ inline T parallel_reduce(int64_t n, int64_t grain, T identity, Chunk&& chunk, Co
   grain = std::max<int64_t>(grain, 1);
   const int64_t chunks = (n + grain - 1) / grain;
   std::vector<T> partial(static_cast<size_t>(chunks), identity);
-  units::run(chunks, max_units(), [&](int64_t c) {
+  run_chunks(chunks, max_units(), [&](int64_t c) {
     const int64_t begin = c * grain;
     partial[static_cast<size_t>(c)] = chunk(begin, std::min(n, begin + grain));
   });
@@ -113,4 +124,4 @@ inline T parallel_reduce(int64_t n, int64_t grain, T identity, Chunk&& chunk, Co
   return acc;
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

@@ -5,7 +5,7 @@
 // to the compute type once, outside the loop:
 //
 //   return unary_kernel<kFloating>(op, self, float_compute(self.scalar_type()),
-//       [](auto tag) { using M = opmath_t<ACME_T(tag)>;
+//       [](auto tag) { using M = opmath_t<FL_T(tag)>;
 //                      return [](M x) { return std::exp(x); }; });
 //
 // Element functors get values in opmath_t<T> (float for float16/bfloat16) and
@@ -18,6 +18,8 @@
 // returns travels with the work: it must hold values, not references.
 #pragma once
 
+#include "device_config.h"  // FLSDK_BACKEND_NS
+
 #include <c10/core/DefaultDtype.h>
 
 #include <ATen/MemoryOverlap.h>
@@ -29,7 +31,7 @@
 #include <array>
 #include <optional>
 
-namespace acme::common {
+namespace FLSDK_BACKEND_NS::common {
 
 // Dtype that float-valued ops (exp, div, mean...) compute in: integral and
 // bool inputs promote to the default float dtype, as in torch.
@@ -125,7 +127,7 @@ inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::Scala
     it.emplace(make_iter(e));
   }
   dispatch<Set>(op, out.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_map1<out_t<OutT, T>, T, opmath_t<T>>(out, *it, factory(tag));
   });
   return out;
@@ -154,7 +156,7 @@ inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::T
     it.emplace(make_iter(e));
   }
   dispatch<Set>(op, out.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_map2<out_t<OutT, T>, T, opmath_t<T>>(out, *it, factory(tag));
   });
   return out;
@@ -167,7 +169,7 @@ inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::
   if (e.out.numel() == 0) return e.out;
   const StridedIter it = make_iter(e);
   dispatch<Set>(op, e.out.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_map3<out_t<OutT, T>, T, opmath_t<T>>(e.out, it, factory(tag));
   });
   return e.out;
@@ -201,7 +203,7 @@ inline bool inplace_plain(at::ScalarType compute, const at::Tensor& self,
 template <class Factory>
 inline auto bind_second(Factory factory, const at::Tensor& value) {
   return [factory, &value](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     auto f = factory(tag);
     const M y = static_cast<M>(*static_cast<const T*>(value.data_ptr()));
@@ -241,7 +243,7 @@ inline bool unary_inplace(const char* op, at::Tensor& self, at::ScalarType compu
   if (!inplace_plain(compute, self, {})) return false;
   if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_inplace<T, opmath_t<T>>(self, std::array<const T*, 0>{}, factory(tag));
   });
   return true;
@@ -259,7 +261,7 @@ inline bool binary_inplace(const char* op, at::Tensor& self, const at::Tensor& o
   if (!inplace_plain(compute, self, {&other})) return false;
   if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_inplace<T, opmath_t<T>>(
         self, std::array<const T*, 1>{static_cast<const T*>(other.const_data_ptr())}, factory(tag));
   });
@@ -272,7 +274,7 @@ inline bool ternary_inplace(const char* op, at::Tensor& self, const at::Tensor& 
   if (!inplace_plain(compute, self, {&b, &c})) return false;
   if (self.numel() == 0) return true;
   dispatch<Set>(op, self.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch_inplace<T, opmath_t<T>>(
         self,
         std::array<const T*, 2>{static_cast<const T*>(b.const_data_ptr()),
@@ -282,4 +284,4 @@ inline bool ternary_inplace(const char* op, at::Tensor& self, const at::Tensor& 
   return true;
 }
 
-}  // namespace acme::common
+}  // namespace FLSDK_BACKEND_NS::common

@@ -187,9 +187,10 @@ Status copy_strided(const StridedCopy& copy, int device, Stream stream);
 // launch_host_kernel queues fn(arg) on `stream` and returns; fn owns `arg`.
 // While fn runs, device_view(p) gives the address at which that code reaches
 // the bytes at device address p (null if p is not device memory). The glue,
-// runtime/launch.h and Inductor's kernels call it only on the thread running
-// fn, translating every pointer there before fn spreads work over other threads
-// (OpenMP, a pool), which then use the translated addresses; the views stay
+// the kernel library's port (kernels/kernel_port.cpp) and Inductor's kernels
+// call it only on the thread running fn, translating every pointer there before
+// fn spreads work over other threads (OpenMP, a pool), which then use the
+// translated addresses; the views stay
 // valid until fn returns. Outside such work it returns null (a runtime may
 // answer on its own helper threads too, as acme's compute units do).
 Status launch_host_kernel(int device, Stream stream, void (*fn)(void*), void* arg);

@@ -22,7 +22,7 @@ def backend(tmp_path: Path) -> Path:
 
 def test_interrupted_gen_leaves_every_file_old_or_new(backend, monkeypatch):
     generate(backend)
-    before = {p: p.read_text() for p in (backend / "generated").iterdir()}
+    before = {p: p.read_text() for p in (backend / "generated").rglob("*") if p.is_file()}
     device = backend / "device.yaml"
     device.write_text(device.read_text().replace("capacity: 1 GiB", "capacity: 512 MiB"))
     real_replace = os.replace
@@ -38,7 +38,7 @@ def test_interrupted_gen_leaves_every_file_old_or_new(backend, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         generate(backend)
     monkeypatch.setattr(writer_module.os, "replace", real_replace)
-    leftovers = [p.name for p in (backend / "generated").iterdir() if p.name.endswith(".tmp")]
+    leftovers = [p.name for p in (backend / "generated").rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == [], "temporary files must not survive an interruption"
     for path, old in before.items():
         now = path.read_text()

@@ -84,19 +84,23 @@ def test_every_template_is_rendered_once_and_sources_follow_the_table(zeta):
     # only for a backend with kernels in a device language (tests/test_device_code.py)
     device_code_template = "cpp/device_sources.cpp.j2"
     assert rendered | {stub_template, device_code_template} == on_disk
-    # The static glue (flsdk/static_glue/) and the Python glue (torch_fl/backend_glue/)
-    # are copied, each file once.
+    # The static glue (flsdk/static_glue/), the kernel library (flsdk/kernel_lib/) and
+    # the Python glue (torch_fl/backend_glue/) are copied, each file once.
     copied = [f"{out.static_dir}/{out.template}" for out in ctx.outputs if out.static]
     assert len(copied) == len(set(copied))
     assert set(copied) == {f"flsdk/static_glue/{name}" for name in
                            set(context.STATIC_GLUE) | set(context.STATIC_TOOLS)} | \
-        {f"{context.BACKEND_GLUE_DIR}/{name}" for name in context.BACKEND_GLUE}
+        {f"{context.BACKEND_GLUE_DIR}/{name}" for name in context.BACKEND_GLUE} | \
+        {f"{context.KERNEL_LIB_DIR}/{name}" for name in context.KERNEL_LIB}
+    on_disk_lib = {p.name for p in (REPO / context.KERNEL_LIB_DIR).iterdir() if p.is_file()}
+    assert on_disk_lib == set(context.KERNEL_LIB), "every file of flsdk/kernel_lib/ is copied"
     for out in ctx.outputs:
         assert (zeta / out.path).is_file(), out.path
     cmake = (zeta / "generated" / "sources.cmake").read_text()
-    listed = re.findall(r"\$\{CMAKE_CURRENT_LIST_DIR\}/([\w.]+\.cpp)", cmake)
-    assert listed == [Path(out.path).name for out in ctx.outputs
-                      if out.path.startswith("generated/") and out.path.endswith(".cpp")]
+    listed = [f for f in re.findall(r"\$\{CMAKE_CURRENT_LIST_DIR\}/([\w./]+\.cpp)", cmake)
+              if not f.startswith("../")]  # the kernels, listed after the glue
+    assert sorted(listed) == sorted(out.path.removeprefix("generated/") for out in ctx.outputs
+                                    if out.path.startswith("generated/") and out.path.endswith(".cpp"))
 
 
 def test_generate_holds_no_decisions():

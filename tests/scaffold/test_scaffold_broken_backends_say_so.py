@@ -26,46 +26,31 @@ pytestmark = pytest.mark.build
 CUSTOM_SPEC = custom_spec('["T(4,3)", "T(4,3)"]', '["T(3,4).t()", "T(4,3)", {alpha: 2.0}]', twice=True)
 
 RELU = """\
-// relu on the zeta device, every dtype the device lists (the first kernel of the day):
-// the host part allocates, the device part (queued on the stream) computes.
+// relu on the zeta device, every dtype the device lists (the first kernel of the day),
+// written with flsdk's kernel library: the host part allocates, the device part
+// (queued on the stream) computes.
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
 
-#include "launch.h"
+#include "kernel_lib/common.h"
 
 namespace zeta::kernels {
-namespace {
-template <typename T>
-at::Tensor relu_of(const at::Tensor & src) {
-  at::Tensor out = at::empty(src.sizes(), src.options());
-  const int device = src.device().index();
-  const int64_t n = src.numel();
-  const void* x = src.const_data_ptr();
-  void* y = out.data_ptr();
-  check_status(runtime::launch(device, launch_stream(device), [x, y, n] {
-    const T* in = runtime::device_ptr<const T>(x);
-    T* result = runtime::device_ptr<T>(y);
-    for (int64_t i = 0; i < n; ++i) result[i] = static_cast<float>(in[i]) > 0.f ? in[i] : T(0);
-  }), "launch");
-  return out;
-}
-}  // namespace
+
+using namespace zeta::common;
 
 at::Tensor k_relu(const at::Tensor & self) {
   at::Tensor src = self.contiguous();
-  switch (src.scalar_type()) {
-    case at::kFloat: return relu_of<float>(src);
-    case at::kDouble: return relu_of<double>(src);
-    case at::kHalf: return relu_of<at::Half>(src);
-    case at::kBFloat16: return relu_of<at::BFloat16>(src);
-    case at::kLong: return relu_of<int64_t>(src);
-    case at::kInt: return relu_of<int32_t>(src);
-    case at::kShort: return relu_of<int16_t>(src);
-    case at::kChar: return relu_of<int8_t>(src);
-    case at::kByte: return relu_of<uint8_t>(src);
-    default: TORCH_CHECK(false, "zeta: relu: dtype ", src.scalar_type(), " not supported on ", self.device());
-  }
+  at::Tensor out = at::empty(src.sizes(), src.options());
+  dispatch<kAllNoBool>("relu", src.device(), src.scalar_type(), [&](auto tag) {
+    using T = FL_T(tag);
+    launch(out, [in = DeviceTensor(src), res = DeviceTensor(out)] {
+      const T* x = in.const_data_ptr<T>();
+      T* y = res.data_ptr<T>();
+      for (int64_t i = 0; i < res.numel(); ++i) y[i] = static_cast<float>(x[i]) > 0.f ? x[i] : T(0);
+    });
+  });
+  return out;
 }
 
 }  // namespace zeta::kernels
@@ -77,28 +62,26 @@ SCALE_ADD = """\
 
 #include <ATen/ops/empty.h>
 
-#include "launch.h"
+#include "kernel_lib/common.h"
 
 namespace zeta::kernels {
 
+using namespace zeta::common;
+
 at::Tensor k_scale_add(const at::Tensor & x, const at::Tensor & y, double alpha) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && y.scalar_type() == at::kFloat,
-              "zeta: scale_add: float32 only, got ", x.scalar_type(), "/", y.scalar_type());
-  TORCH_CHECK(x.sizes() == y.sizes(), "zeta: scale_add: shapes differ: ", x.sizes(), " vs ", y.sizes());
+  const char* op = "scale_add";
+  check_dtype<kF32>(op, x.device(), x.scalar_type());
+  check_dtype<kF32>(op, y.device(), y.scalar_type());
+  FL_CHECK(x.sizes() == y.sizes(), op, "shapes differ: ", x.sizes(), " vs ", y.sizes());
   at::Tensor a = x.contiguous(), b = y.contiguous();
   at::Tensor out = at::empty(a.sizes(), a.options());
-  const int device = a.device().index();
-  const int64_t n = a.numel();
-  const float* pa = a.const_data_ptr<float>();  // device addresses: captured, read on the device
-  const float* pb = b.const_data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const float s = static_cast<float>(alpha);
-  check_status(runtime::launch(device, launch_stream(device), [pa, pb, po, n, s] {
-    const float* va = runtime::device_ptr<const float>(pa);
-    const float* vb = runtime::device_ptr<const float>(pb);
-    float* vo = runtime::device_ptr<float>(po);
-    for (int64_t i = 0; i < n; ++i) vo[i] = va[i] + s * vb[i];
-  }), "launch");
+  launch(out, [va = DeviceTensor(a), vb = DeviceTensor(b), vo = DeviceTensor(out),
+               s = static_cast<float>(alpha)] {
+    const float* pa = va.const_data_ptr<float>();
+    const float* pb = vb.const_data_ptr<float>();
+    float* po = vo.data_ptr<float>();
+    for (int64_t i = 0; i < vo.numel(); ++i) po[i] = pa[i] + s * pb[i];
+  });
   return out;
 }
 

@@ -264,34 +264,34 @@ def test_a_build_older_than_its_sources_is_refused_with_the_rebuild_command(zeta
     assert proc.returncode == 0 and "[1.0, 1.0]" in proc.stdout, proc.stderr[-2000:]
 
 
-# A float-only kernel in the guide's two parts: the typed device addresses of the
-# host part (const_data_ptr<float>) are where PyTorch checks the dtype.
+# A float-only kernel in the guide's two parts, with flsdk's kernel library: its
+# dispatch over kF32 is where a dtype the kernel does not compute is refused.
 FLOAT_ONLY = """\
 // kernels/{name}.cpp
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
 
-#include "launch.h"
+#include "kernel_lib/common.h"
 
 namespace zeta::kernels {{
 
+using namespace zeta::common;
+
 {signature} {{
+  const char* op = "{name}";
   at::Tensor a = {first}.contiguous();
   at::Tensor b = {second}.contiguous();
-  TORCH_CHECK(a.sizes() == b.sizes(), "zeta: {name}: same shapes only");
+  FL_CHECK(a.sizes() == b.sizes(), op, "same shapes only");
   at::Tensor out = at::empty(a.sizes(), a.options());
-  const int device = a.device().index();
-  const int64_t n = a.numel();
-  const float* x = a.const_data_ptr<float>();  // device addresses, never dereferenced here
-  const float* w = b.const_data_ptr<float>();
-  float* result = out.data_ptr<float>();
-  check_status(runtime::launch(device, launch_stream(device), [x, w, result, n] {{
-    const float* xs = runtime::device_ptr<const float>(x);
-    const float* ws = runtime::device_ptr<const float>(w);
-    float* ys = runtime::device_ptr<float>(result);
-    for (int64_t i = 0; i < n; ++i) ys[i] = {expr};
-  }}), "launch");
+  dispatch<kF32>(op, a.device(), a.scalar_type(), [&](auto) {{
+    launch(out, [x = DeviceTensor(a), w = DeviceTensor(b), y = DeviceTensor(out)] {{
+      const float* xs = x.const_data_ptr<float>();
+      const float* ws = w.const_data_ptr<float>();
+      float* ys = y.data_ptr<float>();
+      for (int64_t i = 0; i < y.numel(); ++i) ys[i] = {expr};
+    }});
+  }});
   return out;
 }}
 
@@ -323,8 +323,7 @@ def test_a_float_only_kernel_narrowed_in_device_yaml_passes_and_a_mismatch_names
     """Issue #27 item 4: `native: - {op: relu, dtypes: [float32]}` narrows the dtypes the
     wrapper lets reach relu's float-only kernel (the others run on the CPU fallback) and
     the generated conformance suite tests float32 only; a float-only kernel that is not
-    narrowed (mul) fails naming the backend, the op and the dtype, not just PyTorch's
-    "expected scalar type Float but found Double"."""
+    narrowed (mul) fails naming the backend, the op and the dtype, with the way to narrow it."""
     root = tmp_path / "zeta"
     flsdk("new-backend", "zeta", "--out", str(root))
     device = root / "device.yaml"
@@ -343,7 +342,8 @@ def test_a_float_only_kernel_narrowed_in_device_yaml_passes_and_a_mismatch_names
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["r32"] == got["r64"] == [0.0, 2.0, 0.0, 4.0], got
     assert got["native_32"] and got["fallback_64"], got
-    for needle in ("expected scalar type Float but found Double", "zeta: aten::mul.Tensor", "k_mul_Tensor",
+    for needle in ("zeta: mul: dtype float64 not supported on zeta:0 (supported: float32)",
+                   "zeta: aten::mul.Tensor", "k_mul_Tensor",
                    "float64", "{op: mul.Tensor, dtypes: [...]}"):
         assert needle in got["mismatch"], (needle, got["mismatch"])
     # relu's cases only (mul's float-only kernel fails its other dtypes, as it should); the

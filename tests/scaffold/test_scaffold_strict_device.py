@@ -19,33 +19,60 @@ import sys
 from pathlib import Path
 
 import pytest
-from scaffold import build_into, flsdk, guide_kernel, site_env
+from scaffold import build_into, flsdk, site_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.build]
 
 REBUILD = "rebuild: pip install --no-build-isolation ."
 
-# The guide's relu, plus one host read of its input (a vendor's debugging line).
-HOST_READ = "  const int64_t n = src.numel();\n"
-HOST_READ_BUG = ("  const int64_t n = src.numel();\n"
-                 "  if (n && src.scalar_type() == at::kFloat && src.const_data_ptr<float>()[0] == 42.f)  // host read\n"
-                 "    return out;\n")
+# Kernels in the guide's style (flsdk's kernel library), each with a bug a vendor
+# might write: `{check}` is a line of the host part, `{capture}` the device part's
+# capture list, `{expr}` its element.
+KERNEL = """\
+#include "kernels.h"
 
+#include <ATen/ops/empty.h>
 
-def _by_reference(relu: str) -> str:
-    """The guide's relu turned into mul, its device part capturing by reference."""
-    mul = relu.replace("kernels/relu.cpp", "kernels/mul_Tensor.cpp").replace(
-        "at::Tensor k_relu(const at::Tensor & self) {",
-        "at::Tensor k_mul_Tensor(const at::Tensor & self, const at::Tensor & other) {\n"
-        "  TORCH_CHECK(other.sizes() == self.sizes() && other.scalar_type() == self.scalar_type(), \"same only\");\n"
-        "  const void* w = other.contiguous().const_data_ptr();")
-    mul = re.sub(r"\[in, result, n\] \{", "[&] {", mul)
-    mul = mul.replace("const auto* x = runtime::device_ptr<const scalar_t>(in);",
-                      "const auto* x = runtime::device_ptr<const scalar_t>(in);\n"
-                      "      const auto* v = runtime::device_ptr<const scalar_t>(w);")
-    mul = re.sub(r"y\[i\] = x\[i\] < scalar_t\(0\) \? scalar_t\(0\) : x\[i\];[^\n]*", "y[i] = x[i] * v[i];", mul)
-    assert "[&] {" in mul and "x[i] * v[i]" in mul, mul
-    return mul
+#include "kernel_lib/common.h"
+
+namespace zeta::kernels {{
+
+using namespace zeta::common;
+
+{signature} {{
+  const char* op = "{name}";
+  at::Tensor a = self.contiguous();
+  at::Tensor b = {second}.contiguous();
+  FL_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(), op, "same shapes and dtypes only");
+  at::Tensor out = at::empty(a.sizes(), a.options());
+{check}  DeviceTensor in(a), w(b), res(out);
+  dispatch<kAllNoBool>(op, a.device(), a.scalar_type(), [&](auto tag) {{
+    using T = FL_T(tag);
+    launch(out, [{capture}] {{
+      const T* x = in.const_data_ptr<T>();
+      const T* v = w.const_data_ptr<T>();
+      (void)v;  // relu and abs read one input
+      T* y = res.data_ptr<T>();
+      for (int64_t i = 0; i < res.numel(); ++i) y[i] = {expr};
+    }});
+  }});
+  return out;
+}}
+
+}}  // namespace zeta::kernels
+"""
+BY_VALUE = "in, w, res"
+# relu reads device memory in its host part (a vendor's debugging line)
+HOST_READ_BUG = ("  if (a.numel() && a.scalar_type() == at::kFloat && a.const_data_ptr<float>()[0] == 42.f)\n"
+                 "    return out;  // the host read\n")
+RELU_HOST_READ = KERNEL.format(signature="at::Tensor k_relu(const at::Tensor & self)", name="relu", second="self",
+                               check=HOST_READ_BUG, capture=BY_VALUE, expr="x[i] < T(0) ? T(0) : x[i]")
+# mul's device part captures by reference: it reads the host part's stack after it returned
+MUL_BY_REFERENCE = KERNEL.format(
+    signature="at::Tensor k_mul_Tensor(const at::Tensor & self, const at::Tensor & other)", name="mul",
+    second="other", check="", capture="&", expr="x[i] * v[i]")
+ABS = KERNEL.format(signature="at::Tensor k_abs(const at::Tensor & self)", name="abs", second="self",
+                    check="", capture=BY_VALUE, expr="x[i] < T(0) ? T(-x[i]) : x[i]")
 
 
 def _pytest(root: Path, site: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -57,10 +84,8 @@ def _pytest(root: Path, site: Path, *args: str, **env: str) -> subprocess.Comple
 def test_discrete_memory_slow_device_and_stale_builds_as_a_vendor_meets_them(tmp_path):
     root = tmp_path / "zeta"
     flsdk("new-backend", "zeta", "--out", str(root))  # memory.model: host, the default
-    relu = guide_kernel(root)
-    assert HOST_READ in relu
-    (root / "kernels" / "relu.cpp").write_text(relu.replace(HOST_READ, HOST_READ_BUG))
-    (root / "kernels" / "mul_Tensor.cpp").write_text(_by_reference(relu))
+    (root / "kernels" / "relu.cpp").write_text(RELU_HOST_READ)
+    (root / "kernels" / "mul_Tensor.cpp").write_text(MUL_BY_REFERENCE)
     flsdk("gen", cwd=root)
 
     # 1. host memory: the host read goes unnoticed, as the issue found
@@ -95,9 +120,7 @@ def test_discrete_memory_slow_device_and_stale_builds_as_a_vendor_meets_them(tmp
     # 4. a new op, its kernel and gen, but no rebuild: refused, with the command
     device.write_text(device.read_text().replace("native:\n", "native:\n  - op: abs\n"))
     flsdk("gen", cwd=root)
-    (root / "kernels" / "abs.cpp").write_text(
-        relu.replace("relu", "abs").replace("x[i] < scalar_t(0) ? scalar_t(0) : x[i]",
-                                            "x[i] < scalar_t(0) ? -x[i] : x[i]"))
+    (root / "kernels" / "abs.cpp").write_text(ABS)
     flsdk("gen", cwd=root)
     stale = _pytest(root, tmp_path / "site_discrete", "-k", "abs")
     assert stale.returncode == 1 and REBUILD in stale.stdout and "Nothing was tested" in stale.stdout, \

@@ -1,6 +1,6 @@
 # acme's vendor math library: OpenBLAS from the `scipy-openblas32` wheel
 # (symbols prefixed `scipy_`, 32-bit BLAS integers), used by the GEMM-based
-# kernels (kernels/common/gemm.h: linalg, conv). Included by CMakeLists.txt with
+# kernels (kernels/math/gemm.h: linalg, conv). Included by CMakeLists.txt with
 # FLSDK_BACKEND_TARGET naming the extension target.
 #
 # The wheel is a run-time dependency of torch-fl-acme (pyproject.toml), so the
@@ -49,7 +49,7 @@ set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY BUILD_RPATH "${ACME_
 set_property(TARGET ${FLSDK_BACKEND_TARGET} APPEND PROPERTY INSTALL_RPATH
              "$ORIGIN/../scipy_openblas32/lib")
 
-# acme's vector math (kernels/common/vec_math.h): one object per x86-64 instruction
+# acme's vector math (kernels/math/vec_math.h): one object per x86-64 instruction
 # set, chosen at run time by what the CPU supports. ATen's vector classes pick
 # their implementation from CPU_CAPABILITY; the precompiled header is skipped
 # because it was built without these -m flags.
@@ -58,7 +58,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;-mf16c"
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     SKIP_PRECOMPILE_HEADERS ON)
-  # acme's float32 GEMM (kernels/common/sgemm.h): AVX-512F only, no torch headers.
+  # acme's float32 GEMM (kernels/math/sgemm.h): AVX-512F only, no torch headers.
   set_source_files_properties("${CMAKE_CURRENT_SOURCE_DIR}/kernels/sgemm_avx512.cpp" PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mfma"
     SKIP_PRECOMPILE_HEADERS ON)

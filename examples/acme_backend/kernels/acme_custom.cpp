@@ -2,7 +2,7 @@
 // fusion a vendor ships for transformer MLPs. bias broadcasts over the last dim.
 #include "kernels.h"
 
-#include "common/device.h"
+#include "kernel_lib/device.h"
 
 #include <ATen/ops/empty.h>
 

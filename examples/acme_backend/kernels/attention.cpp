@@ -12,10 +12,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/gemm.h"
-#include "common/nn_math.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "math/gemm.h"
+#include "math/nn_math.h"
 #include "kernels.h"
 
 #include <array>
@@ -37,17 +37,17 @@ struct AttnShape {
 
 AttnShape attn_shape(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   for (const at::Tensor* t : {&q, &k, &v}) {
-    ACME_CHECK_T(t->dim() == 4, op, *t, "expected 4-d (batch, heads, seq, dim) tensors, got ",
+    FL_CHECK_T(t->dim() == 4, op, *t, "expected 4-d (batch, heads, seq, dim) tensors, got ",
                  t->sizes());
     nn::check_float(op, *t);
-    ACME_CHECK_T(t->scalar_type() == q.scalar_type(), op, *t,
+    FL_CHECK_T(t->scalar_type() == q.scalar_type(), op, *t,
                  "query, key and value must have the same dtype");
   }
   AttnShape s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
-  ACME_CHECK(k.size(0) == s.B && v.size(0) == s.B && k.size(1) == s.H && v.size(1) == s.H, op,
+  FL_CHECK(k.size(0) == s.B && v.size(0) == s.B && k.size(1) == s.H && v.size(1) == s.H, op,
              "batch and head dims of query ", q.sizes(), ", key ", k.sizes(), " and value ",
              v.sizes(), " must match (grouped-query attention is not supported here)");
-  ACME_CHECK(k.size(3) == s.E && v.size(2) == s.S, op, "key ", k.sizes(), " and value ",
+  FL_CHECK(k.size(3) == s.E && v.size(2) == s.S, op, "key ", k.sizes(), " and value ",
              v.sizes(), " do not fit query ", q.sizes());
   return s;
 }
@@ -108,9 +108,9 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
                                                    ::std::optional<double> scale) {
   const char* op = "_scaled_dot_product_fused_attention_overrideable";
   const AttnShape s = attn_shape(op, query, key, value);
-  ACME_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path (got ",
+  FL_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path (got ",
              "dropout_p=", dropout_p, "); use the math path");
-  ACME_CHECK(!return_debug_mask, op, "return_debug_mask is not supported");
+  FL_CHECK(!return_debug_mask, op, "return_debug_mask is not supported");
   const at::Tensor bias = attn_bias.has_value() ? *attn_bias : at::Tensor();
   const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
   at::Tensor out = at::empty({s.B, s.H, s.L, s.Ev}, query.options());
@@ -119,7 +119,7 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
   at::Tensor none = at::empty({0}, lopt);
   if (s.B * s.H * s.L > 0) {
     nn::dispatch_compute(op, query, [&](auto tag) {
-      using Acc = ACME_T(tag);
+      using Acc = FL_T(tag);
       launch(out, [op, s, sc, is_causal, query = DeviceTensor(query),
                    key = DeviceTensor(key), value = DeviceTensor(value),
                    bias = DeviceTensor(bias), out = DeviceTensor(out),
@@ -161,7 +161,7 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
   } else if (out.numel()) {
     // no keys: every row is fully masked
     nn::dispatch_compute(op, query, [&](auto tag) {
-      using Acc = ACME_T(tag);
+      using Acc = FL_T(tag);
       launch(out, [op, out = DeviceTensor(out)] {
         std::vector<Acc> z(static_cast<size_t>(out.numel()), Acc(0));
         nn::store<Acc>(op, z.data(), out);
@@ -184,12 +184,12 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
   (void)cum_seq_q; (void)cum_seq_k; (void)max_q; (void)max_k;
   (void)philox_seed; (void)philox_offset;
   const AttnShape s = attn_shape(op, query, key, value);
-  ACME_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path");
-  ACME_CHECK_T(grad_out.sizes().equals(out.sizes()) && out.size(0) == s.B && out.size(1) == s.H &&
+  FL_CHECK(dropout_p == 0.0, op, "attention dropout is not supported on acme's fused path");
+  FL_CHECK_T(grad_out.sizes().equals(out.sizes()) && out.size(0) == s.B && out.size(1) == s.H &&
                    out.size(2) == s.L && out.size(3) == s.Ev,
                op, grad_out, "grad_out ", grad_out.sizes(), " and out ", out.sizes(),
                " must be (batch, heads, L, Ev)");
-  ACME_CHECK_T(logsumexp.numel() == s.B * s.H * s.L, op, logsumexp, "logsumexp must be (B, H, L)");
+  FL_CHECK_T(logsumexp.numel() == s.B * s.H * s.L, op, logsumexp, "logsumexp must be (B, H, L)");
   const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
   const bool bias_on = has_bias(attn_bias);
   at::Tensor gq, gk, gv, gb;
@@ -198,14 +198,14 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
   if (grad_input_mask[2]) gv = at::empty(value.sizes(), value.options());
   const bool want_gb = grad_input_mask[3] && bias_on;
   if (want_gb) {
-    ACME_CHECK_T(attn_bias.scalar_type() != c10::ScalarType::Bool, op, attn_bias,
+    FL_CHECK_T(attn_bias.scalar_type() != c10::ScalarType::Bool, op, attn_bias,
                  "a boolean mask has no gradient");
-    ACME_CHECK_T(attn_bias.dim() <= 4, op, attn_bias, "attn_bias must be at most 4-d");
+    FL_CHECK_T(attn_bias.dim() <= 4, op, attn_bias, "attn_bias must be at most 4-d");
     gb = at::empty(attn_bias.sizes(), attn_bias.options());
   }
   const at::Tensor& on = query;
   nn::dispatch_compute(op, query, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(on, [op, s, sc, is_causal, bias_on, want_gb, query = DeviceTensor(query),
                 key = DeviceTensor(key), value = DeviceTensor(value),
                 out = DeviceTensor(out), grad_out = DeviceTensor(grad_out),

@@ -1,8 +1,8 @@
 // acme binary pointwise kernels: arithmetic, division with rounding modes,
 // pow, min/max, modulo, bitwise. Inputs broadcast and promote as in torch;
 // CPU 0-dim tensors (wrapped Python scalars) are read on the host.
-#include "common/common.h"
-#include "common/vec_tensor.h"
+#include "kernel_lib/common.h"
+#include "math/vec_tensor.h"
 
 #include "kernels.h"
 
@@ -16,12 +16,12 @@ namespace {
 
 void check_alpha(const char* op, at::ScalarType compute, const at::Scalar& alpha) {
   if (c10::isIntegralType(compute, /*includeBool=*/true)) {
-    ACME_CHECK(!alpha.isFloatingPoint(), op,
+    FL_CHECK(!alpha.isFloatingPoint(), op,
                "for integral input tensors, argument alpha must not be a floating point "
                "number (dtype ", dtype_name(compute), ")");
   }
   if (compute == at::kBool) {
-    ACME_CHECK(alpha.isBoolean() || alpha.isIntegral(true), op,
+    FL_CHECK(alpha.isBoolean() || alpha.isIntegral(true), op,
                "boolean alpha only supported for boolean results");
   }
 }
@@ -78,7 +78,7 @@ M c_mod(M x, M y) {
 template <class M>
 void check_int_divisor(const char* op, M y, const char* what) {
   if constexpr (std::is_integral_v<M>)
-    ACME_CHECK(y != 0, op, "ZeroDivisionError (integer ", what, " by zero)");
+    FL_CHECK(y != 0, op, "ZeroDivisionError (integer ", what, " by zero)");
 }
 
 // A binary op over the non-bool dtypes that divides by `other` (`what`: division
@@ -87,7 +87,7 @@ template <class Fn>
 at::Tensor dividing_kernel(const char* op, const char* what, const at::Tensor& self, const at::Tensor& other,
                            Fn fn) {
   return binary_kernel<kAllNoBool>(op, self, other, promote({&self, &other}), [op, what, fn](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [op, what, fn](M x, M y) -> M {
       check_int_divisor(op, y, what);
       return fn(x, y);
@@ -101,9 +101,9 @@ template <class Fn>
 at::Tensor modulo_by_scalar(const char* op, const at::Tensor& self, const at::Scalar& other, Fn fn) {
   const auto compute = promote({&self}, {&other});
   if (c10::isIntegralType(compute, true))
-    ACME_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
+    FL_CHECK(other.toLong() != 0, op, "ZeroDivisionError (integer modulo by zero)");
   return unary_kernel<kAllNoBool>(op, self, compute, [&other, fn](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y, fn](M x) -> M { return fn(x, y); };
   });
@@ -141,7 +141,7 @@ namespace {
 
 auto add_body(const at::Scalar& alpha) {
   return [&alpha](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M al = alpha.to<M>();
     if constexpr (std::is_same_v<M, bool>) {
       return [al](M x, M y) -> M { return x || (al && y); };
@@ -153,7 +153,7 @@ auto add_body(const at::Scalar& alpha) {
 
 auto sub_body(const at::Scalar& alpha) {
   return [&alpha](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M al = alpha.to<M>();
     return [al](M x, M y) -> M { return x - al * y; };
   };
@@ -161,7 +161,7 @@ auto sub_body(const at::Scalar& alpha) {
 
 auto mul_body() {
   return [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_same_v<M, bool>) return x && y;
       else return x * y;
@@ -171,7 +171,7 @@ auto mul_body() {
 
 auto div_body() {
   return [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return x / y; };
   };
 }
@@ -191,7 +191,7 @@ float wrapped_number_f32(const char* op, const at::Tensor& other) {
 }
 
 void check_sub(const char* op, at::ScalarType a, at::ScalarType b) {
-  ACME_CHECK(a != at::kBool && b != at::kBool, op,
+  FL_CHECK(a != at::kBool && b != at::kBool, op,
              "subtraction, the `-` operator, with a bool tensor is not supported. "
              "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
              "instead.");
@@ -263,7 +263,7 @@ at::Tensor k_div_Tensor_mode(const at::Tensor& self, const at::Tensor& other,
   const char* op = "div.Tensor_mode";
   if (!rounding_mode.has_value()) return k_div_Tensor(self, other);
   const bool trunc = *rounding_mode == "trunc";
-  ACME_CHECK(trunc || *rounding_mode == "floor", op,
+  FL_CHECK(trunc || *rounding_mode == "floor", op,
              "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '",
              std::string(*rounding_mode), "'");
   return dividing_kernel(op, "division", self, other, [trunc](auto x, auto y) {
@@ -277,7 +277,7 @@ at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponen
   const char* op = "pow.Tensor_Scalar";
   const auto compute = promote({&self}, {&exponent});
   if (c10::isIntegralType(compute, true) && exponent.isIntegral(false)) {
-    ACME_CHECK(exponent.toLong() >= 0, op,
+    FL_CHECK(exponent.toLong() >= 0, op,
                "Integers to negative integer powers are not allowed.");
   }
   if (compute == at::kFloat && exponent.isFloatingPoint()) {
@@ -289,7 +289,7 @@ at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponen
         return out;
   }
   return unary_kernel<kAllNoBool>(op, self, compute, [&exponent](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M e = exponent.to<M>();
     if constexpr (std::is_integral_v<M>) {
       return [e](M x) -> M { return int_pow<M>(x, e); };
@@ -311,7 +311,7 @@ at::Tensor k_pow_Tensor_Scalar(const at::Tensor& self, const at::Scalar& exponen
 at::Tensor k_pow_Tensor_Tensor(const at::Tensor& self, const at::Tensor& exponent) {
   return binary_kernel<kAllNoBool>("pow.Tensor_Tensor", self, exponent,
                                    promote({&self, &exponent}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M e) -> M {
       if constexpr (std::is_integral_v<M>) return int_pow<M>(x, e);
       else return float_pow<M>(x, e);
@@ -323,7 +323,7 @@ at::Tensor k_pow_Scalar(const at::Scalar& self, const at::Tensor& exponent) {
   const char* op = "pow.Scalar";
   const auto compute = promote({&exponent}, {&self});
   return unary_kernel<kAllNoBool>(op, exponent, compute, [&self](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M b = self.to<M>();
     return [b](M e) -> M {
       if constexpr (std::is_integral_v<M>) return int_pow<M>(b, e);
@@ -336,7 +336,7 @@ at::Tensor k_pow_Scalar(const at::Scalar& self, const at::Tensor& exponent) {
 at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other) {
   if (auto out = vec_binary_f32(self, other, vec::Binary::Maximum); out.defined()) return out;
   return binary_kernel<kAll>("maximum", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_floating_point_v<M>) {
         if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<M>::quiet_NaN();
@@ -349,7 +349,7 @@ at::Tensor k_maximum(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_minimum(const at::Tensor& self, const at::Tensor& other) {
   if (auto out = vec_binary_f32(self, other, vec::Binary::Minimum); out.defined()) return out;
   return binary_kernel<kAll>("minimum", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_floating_point_v<M>) {
         if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<M>::quiet_NaN();
@@ -372,7 +372,7 @@ at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
   if (auto out = vec_binary_f32(self, other, vec::Binary::Atan2); out.defined()) return out;
   const auto compute = float_compute(promote({&self, &other}));
   return binary_kernel<kFloating>("atan2", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M y, M x) -> M { return std::atan2(y, x); };
   });
 }
@@ -380,7 +380,7 @@ at::Tensor k_atan2(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_bitwise_and_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegralAndBool>("bitwise_and.Tensor", self, other,
                                          promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return static_cast<M>(x & y); };
   });
 }
@@ -388,7 +388,7 @@ at::Tensor k_bitwise_and_Tensor(const at::Tensor& self, const at::Tensor& other)
 at::Tensor k_bitwise_or_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegralAndBool>("bitwise_or.Tensor", self, other,
                                          promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return static_cast<M>(x | y); };
   });
 }
@@ -396,7 +396,7 @@ at::Tensor k_bitwise_or_Tensor(const at::Tensor& self, const at::Tensor& other) 
 at::Tensor k_bitwise_xor_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegralAndBool>("bitwise_xor.Tensor", self, other,
                                          promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return static_cast<M>(x ^ y); };
   });
 }
@@ -404,7 +404,7 @@ at::Tensor k_bitwise_xor_Tensor(const at::Tensor& self, const at::Tensor& other)
 // fmax/fmin ignore NaN unless both are NaN.
 at::Tensor k_fmax(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll>("fmax", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_floating_point_v<M>) return std::fmax(x, y);
       else return x > y ? x : y;
@@ -414,7 +414,7 @@ at::Tensor k_fmax(const at::Tensor& self, const at::Tensor& other) {
 
 at::Tensor k_fmin(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll>("fmin", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if constexpr (std::is_floating_point_v<M>) return std::fmin(x, y);
       else return x < y ? x : y;
@@ -424,7 +424,7 @@ at::Tensor k_fmin(const at::Tensor& self, const at::Tensor& other) {
 
 at::Tensor k_hypot(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kFloating>("hypot", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return std::hypot(x, y); };
   });
 }
@@ -432,7 +432,7 @@ at::Tensor k_hypot(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_copysign_Tensor(const at::Tensor& self, const at::Tensor& other) {
   const auto compute = float_compute(promote({&self, &other}));
   return binary_kernel<kFloating>("copysign.Tensor", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return std::copysign(x, y); };
   });
 }
@@ -444,7 +444,7 @@ at::Tensor k_floor_divide(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_bitwise_left_shift_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegral>("bitwise_left_shift.Tensor", self, other, promote({&self, &other}),
                                   [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     // shifting by >= the bit width (or a negative amount) gives 0, as torch
     return [](M x, M y) -> M {
       using U = std::make_unsigned_t<M>;
@@ -457,7 +457,7 @@ at::Tensor k_bitwise_left_shift_Tensor(const at::Tensor& self, const at::Tensor&
 at::Tensor k_bitwise_right_shift_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegral>("bitwise_right_shift.Tensor", self, other, promote({&self, &other}),
                                   [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     // arithmetic shift; over-wide shifts give the sign fill
     return [](M x, M y) -> M {
       if (y < 0 || y >= static_cast<M>(sizeof(M) * 8)) return x < 0 ? M(-1) : M(0);
@@ -469,7 +469,7 @@ at::Tensor k_bitwise_right_shift_Tensor(const at::Tensor& self, const at::Tensor
 at::Tensor k_xlogy_Tensor(const at::Tensor& self, const at::Tensor& other) {
   const auto compute = float_compute(promote({&self, &other}));
   return binary_kernel<kFloating>("xlogy.Tensor", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if (std::isnan(y)) return y;
       if (x == M(0)) return M(0);
@@ -481,7 +481,7 @@ at::Tensor k_xlogy_Tensor(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_logaddexp(const at::Tensor& self, const at::Tensor& other) {
   const auto compute = promote({&self, &other});  // integers unsupported, as in torch
   return binary_kernel<kFloating>("logaddexp", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if (std::isinf(x) && x == y) return x;  // both +inf or both -inf
       const M m = std::max(x, y);
@@ -493,7 +493,7 @@ at::Tensor k_logaddexp(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_logaddexp2(const at::Tensor& self, const at::Tensor& other) {
   const auto compute = promote({&self, &other});  // integers unsupported, as in torch
   return binary_kernel<kFloating>("logaddexp2", self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       if (std::isinf(x) && x == y) return x;
       const M m = std::max(x, y);
@@ -505,20 +505,20 @@ at::Tensor k_logaddexp2(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_nextafter(const at::Tensor& self, const at::Tensor& other) {
   const char* op = "nextafter";
   const auto compute = promote({&self, &other});
-  ACME_CHECK(compute == at::kFloat || compute == at::kDouble, op,
+  FL_CHECK(compute == at::kFloat || compute == at::kDouble, op,
              "nextafter is only implemented for float32 and float64 on acme, got ", dtype_name(compute));
   return binary_kernel<kF32 | kF64>(op, self, other, compute, [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return std::nextafter(x, y); };
   });
 }
 
 at::Tensor k_heaviside(const at::Tensor& self, const at::Tensor& values) {
   const char* op = "heaviside";
-  ACME_CHECK(self.scalar_type() == values.scalar_type(), op,
+  FL_CHECK(self.scalar_type() == values.scalar_type(), op,
              "heaviside is not yet implemented for tensors with different dtypes");
   return binary_kernel<kAll>(op, self, values, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M v) -> M {
       if constexpr (std::is_same_v<M, bool>) return x ? true : v;
       else return x == M(0) ? v : static_cast<M>(x > M(0) ? 1 : 0);
@@ -544,14 +544,14 @@ M gcd_value(M a, M b) {
 
 at::Tensor k_gcd(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegral>("gcd", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M { return gcd_value<M>(x, y); };
   });
 }
 
 at::Tensor k_lcm(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kIntegral>("lcm", self, other, promote({&self, &other}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> M {
       const M g = gcd_value<M>(x, y);
       if (g == 0) return 0;
@@ -573,7 +573,7 @@ namespace {
 
 auto add_scalar_body(const at::Scalar& other, const at::Scalar& alpha) {
   return [&other, &alpha](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     if constexpr (std::is_same_v<M, bool>) {
       const bool add = alpha.to<bool>() && other.to<bool>();
       return [add](M x) -> M { return x || add; };
@@ -586,7 +586,7 @@ auto add_scalar_body(const at::Scalar& other, const at::Scalar& alpha) {
 
 auto mul_scalar_body(const at::Scalar& other) {
   return [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M v = other.to<M>();
     return [v](M x) -> M {
       if constexpr (std::is_same_v<M, bool>) return x && v;
@@ -597,7 +597,7 @@ auto mul_scalar_body(const at::Scalar& other) {
 
 auto div_scalar_body(const at::Scalar& other) {
   return [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M v = other.to<M>();
     return [v](M x) -> M { return x / v; };
   };
@@ -624,13 +624,13 @@ bool k_add__Scalar(at::Tensor& self, const at::Scalar& other, const at::Scalar& 
 
 at::Tensor k_sub_Scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
   const char* op = "sub.Scalar";
-  ACME_CHECK(self.scalar_type() != at::kBool && !other.isBoolean(), op,
+  FL_CHECK(self.scalar_type() != at::kBool && !other.isBoolean(), op,
              "subtraction, the `-` operator, with a bool tensor is not supported. "
              "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
   const auto compute = promote({&self}, {&other});
   check_alpha(op, compute, alpha);
   return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M v = static_cast<M>(alpha.to<M>() * other.to<M>());
     return [v](M x) -> M { return x - v; };
   });

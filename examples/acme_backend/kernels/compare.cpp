@@ -1,5 +1,5 @@
 // acme comparison, logical and classification kernels; all produce bool.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -13,14 +13,14 @@ using namespace acme::common;
 at::Tensor k_eq_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("eq.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x == y; };
   });
 }
 at::Tensor k_eq_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("eq.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x == y; };
   });
@@ -29,14 +29,14 @@ at::Tensor k_eq_Scalar(const at::Tensor& self, const at::Scalar& other) {
 at::Tensor k_ne_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("ne.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x != y; };
   });
 }
 at::Tensor k_ne_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("ne.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x != y; };
   });
@@ -45,14 +45,14 @@ at::Tensor k_ne_Scalar(const at::Tensor& self, const at::Scalar& other) {
 at::Tensor k_lt_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("lt.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x < y; };
   });
 }
 at::Tensor k_lt_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("lt.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x < y; };
   });
@@ -61,14 +61,14 @@ at::Tensor k_lt_Scalar(const at::Tensor& self, const at::Scalar& other) {
 at::Tensor k_le_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("le.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x <= y; };
   });
 }
 at::Tensor k_le_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("le.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x <= y; };
   });
@@ -77,14 +77,14 @@ at::Tensor k_le_Scalar(const at::Tensor& self, const at::Scalar& other) {
 at::Tensor k_gt_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("gt.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x > y; };
   });
 }
 at::Tensor k_gt_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("gt.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x > y; };
   });
@@ -93,14 +93,14 @@ at::Tensor k_gt_Scalar(const at::Tensor& self, const at::Scalar& other) {
 at::Tensor k_ge_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary_kernel<kAll, bool>("ge.Tensor", self, other, promote({&self, &other}),
                                    [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M y) -> bool { return x >= y; };
   });
 }
 at::Tensor k_ge_Scalar(const at::Tensor& self, const at::Scalar& other) {
   return unary_kernel<kAll, bool>("ge.Scalar", self, promote({&self}, {&other}),
                                   [&other](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M y = other.to<M>();
     return [y](M x) -> bool { return x >= y; };
   });
@@ -135,7 +135,7 @@ at::Tensor k_logical_not(const at::Tensor& self) {
 // support (any acme dtype) and produce all-false / all-true.
 at::Tensor k_isnan(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("isnan", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> bool {
       if constexpr (std::is_floating_point_v<M>) return std::isnan(x);
       else { (void)x; return false; }
@@ -145,7 +145,7 @@ at::Tensor k_isnan(const at::Tensor& self) {
 
 at::Tensor k_isinf(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("isinf", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> bool {
       if constexpr (std::is_floating_point_v<M>) return std::isinf(x);
       else { (void)x; return false; }
@@ -155,7 +155,7 @@ at::Tensor k_isinf(const at::Tensor& self) {
 
 at::Tensor k_isposinf(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("isposinf", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> bool {
       if constexpr (std::is_floating_point_v<M>) return std::isinf(x) && x > M(0);
       else { (void)x; return false; }
@@ -165,7 +165,7 @@ at::Tensor k_isposinf(const at::Tensor& self) {
 
 at::Tensor k_isneginf(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("isneginf", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> bool {
       if constexpr (std::is_floating_point_v<M>) return std::isinf(x) && x < M(0);
       else { (void)x; return false; }
@@ -189,7 +189,7 @@ bool k_equal(const at::Tensor& self, const at::Tensor& other) {
   // then read (the host waits, as for CUDA's torch.equal).
   at::Tensor answer = at::empty({}, self.options().dtype(at::kBool));
   dispatch<kAll>(op, self.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(answer, [it, result = answer.data_ptr()] {
       bool same = true;

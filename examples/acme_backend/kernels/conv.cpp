@@ -18,8 +18,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
-#include "common/gemm.h"
+#include "kernel_lib/dense.h"
+#include "math/gemm.h"
 #include "kernels.h"
 
 #include <array>
@@ -55,7 +55,7 @@ struct ConvGeom {
 // Parameters as 3-d (d, h, w); 1-d and 2-d convs get unit leading dimensions.
 std::array<int64_t, 3> param3(const char* op, const char* name, at::IntArrayRef p, int64_t sd,
                               int64_t unit) {
-  ACME_CHECK(p.size() == static_cast<size_t>(sd) || p.size() == 1, op, name, " must have ", sd,
+  FL_CHECK(p.size() == static_cast<size_t>(sd) || p.size() == 1, op, name, " must have ", sd,
              " values for a ", sd, "-d convolution, got ", p);
   std::array<int64_t, 3> r{unit, unit, unit};
   for (int64_t i = 0; i < sd; ++i) r[3 - sd + i] = p.size() == 1 ? p[0] : p[i];
@@ -559,7 +559,7 @@ void conv_bwd_weight_live(const char* op, const ConvGeom& g, const T* big, const
 
 void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* arg) {
   nn::check_float(op, t);
-  ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
+  FL_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
                "' to have the dtype of input (", dtype_name(ref.scalar_type()), ")");
 }
 
@@ -568,9 +568,9 @@ void check_conv_dtype(const char* op, const at::Tensor& ref, const at::Tensor& t
 // number of spatial dims.
 int64_t check_conv_operands(const char* op, const at::Tensor& input, const at::Tensor& weight) {
   const int64_t sd = input.dim() - 2;
-  ACME_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
+  FL_CHECK_T(sd >= 1 && sd <= 3, op, input, "expected a 3-d, 4-d or 5-d input (1-d, 2-d or ",
                "3-d convolution), got ", input.dim(), "-d input");
-  ACME_CHECK_T(weight.dim() == input.dim(), op, weight, "weight must be ", input.dim(),
+  FL_CHECK_T(weight.dim() == input.dim(), op, weight, "weight must be ", input.dim(),
                "-d, got ", weight.sizes());
   check_conv_dtype(op, input, input, "input");
   check_conv_dtype(op, input, weight, "weight");
@@ -592,7 +592,7 @@ ConvGeom make_geom(const char* op, const at::Tensor& in5, const at::Tensor& w5,
                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                    bool transposed, at::IntArrayRef output_padding, int64_t groups, int64_t sd) {
   ConvGeom g;
-  ACME_CHECK(groups >= 1, op, "groups must be positive, got ", groups);
+  FL_CHECK(groups >= 1, op, "groups must be positive, got ", groups);
   g.G = groups;
   const auto s = param3(op, "stride", stride, sd, 1);
   const auto p = param3(op, "padding", padding, sd, 0);
@@ -601,22 +601,22 @@ ConvGeom make_geom(const char* op, const at::Tensor& in5, const at::Tensor& w5,
   g.pd = p[0]; g.ph = p[1]; g.pw = p[2];
   g.dd = d[0]; g.dh = d[1]; g.dw = d[2];
   for (int i = 0; i < 3; ++i) {
-    ACME_CHECK(s[i] > 0, op, "stride must be positive, got ", stride);
-    ACME_CHECK(d[i] > 0, op, "dilation must be positive, got ", dilation);
-    ACME_CHECK(p[i] >= 0, op, "padding must be non-negative, got ", padding);
+    FL_CHECK(s[i] > 0, op, "stride must be positive, got ", stride);
+    FL_CHECK(d[i] > 0, op, "dilation must be positive, got ", dilation);
+    FL_CHECK(p[i] >= 0, op, "padding must be non-negative, got ", padding);
   }
   g.kd = w5.size(2); g.kh = w5.size(3); g.kw = w5.size(4);
   g.N = in5.size(0);
   if (!transposed) {
     g.C = in5.size(1); g.D = in5.size(2); g.H = in5.size(3); g.W = in5.size(4);
     g.O = w5.size(0);
-    ACME_CHECK(g.C == w5.size(1) * groups, op, "expected input with ", w5.size(1) * groups,
+    FL_CHECK(g.C == w5.size(1) * groups, op, "expected input with ", w5.size(1) * groups,
                " channels (weight ", w5.sizes(), ", groups ", groups, "), got ", in5.size(1));
-    ACME_CHECK(g.O % groups == 0, op, "out channels ", g.O, " not divisible by groups ", groups);
+    FL_CHECK(g.O % groups == 0, op, "out channels ", g.O, " not divisible by groups ", groups);
     const int64_t in[3] = {g.D, g.H, g.W}, k[3] = {g.kd, g.kh, g.kw};
     int64_t out[3];
     for (int i = 0; i < 3; ++i) {
-      ACME_CHECK(in[i] + 2 * p[i] >= d[i] * (k[i] - 1) + 1, op, "kernel size ",
+      FL_CHECK(in[i] + 2 * p[i] >= d[i] * (k[i] - 1) + 1, op, "kernel size ",
                  w5.sizes().slice(5 - sd), " (dilated) is larger than the padded input ",
                  in5.sizes().slice(5 - sd));
       out[i] = (in[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
@@ -626,15 +626,15 @@ ConvGeom make_geom(const char* op, const at::Tensor& in5, const at::Tensor& w5,
     // weight (Cin, Cout/groups, kd, kh, kw): plain-conv O = Cin (small side), C = Cout (big side).
     const auto op3 = param3(op, "output_padding", output_padding, sd, 0);
     g.O = in5.size(1); g.Do = in5.size(2); g.Ho = in5.size(3); g.Wo = in5.size(4);
-    ACME_CHECK(w5.size(0) == g.O, op, "expected weight with ", g.O, " input channels, got ",
+    FL_CHECK(w5.size(0) == g.O, op, "expected weight with ", g.O, " input channels, got ",
                w5.sizes());
-    ACME_CHECK(g.O % groups == 0, op, "in channels ", g.O, " not divisible by groups ", groups);
+    FL_CHECK(g.O % groups == 0, op, "in channels ", g.O, " not divisible by groups ", groups);
     g.C = w5.size(1) * groups;
     const int64_t small[3] = {g.Do, g.Ho, g.Wo}, k[3] = {g.kd, g.kh, g.kw};
     int64_t big[3];
     for (int i = 0; i < 3; ++i) {
       big[i] = (small[i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op3[i] + 1;
-      ACME_CHECK(big[i] > 0, op, "transposed convolution output size is non-positive");
+      FL_CHECK(big[i] > 0, op, "transposed convolution output size is non-positive");
     }
     g.D = big[0]; g.H = big[1]; g.W = big[2];
   }
@@ -668,14 +668,14 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   const ConvOut o = conv_out_dims(g, transposed);
   const int64_t outC = o.C, oD = o.D, oH = o.H, oW = o.W;
   if (has_bias) {
-    ACME_CHECK_T(bias->dim() == 1 && bias->size(0) == outC, op, *bias, "bias must have shape [",
+    FL_CHECK_T(bias->dim() == 1 && bias->size(0) == outC, op, *bias, "bias must have shape [",
                  outC, "], got ", bias->sizes());
   }
   const std::vector<int64_t> oshape = conv_shape(g.N, outC, oD, oH, oW, sd);
   at::Tensor out = at::empty(oshape, input.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, g, transposed, has_bias, outC, oD, oH, oW, in5 = DeviceTensor(in5),
                  w5 = DeviceTensor(w5),
                  bias = has_bias ? DeviceTensor(*bias) : DeviceTensor(),
@@ -713,7 +713,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
     at::IntArrayRef output_padding, int64_t groups, ::std::array<bool, 3> output_mask) {
   const char* op = "convolution_backward_overrideable";
   const int64_t sd = check_conv_operands(op, input, weight);
-  ACME_CHECK_T(grad_output.dim() == input.dim(), op, grad_output, "grad_output must be ",
+  FL_CHECK_T(grad_output.dim() == input.dim(), op, grad_output, "grad_output must be ",
                input.dim(), "-d, got ", grad_output.sizes());
   check_conv_dtype(op, input, grad_output, "grad_output");
   const at::Tensor in5 = as5d(input), w5 = as5d(weight), go5 = as5d(grad_output);
@@ -722,7 +722,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   {
     const ConvOut o = conv_out_dims(g, transposed);
     const int64_t outC = o.C, oD = o.D, oH = o.H, oW = o.W;
-    ACME_CHECK_T(go5.size(0) == g.N && go5.size(1) == outC && go5.size(2) == oD &&
+    FL_CHECK_T(go5.size(0) == g.N && go5.size(1) == outC && go5.size(2) == oD &&
                      go5.size(3) == oH && go5.size(4) == oW,
                  op, grad_output, "grad_output has shape ", grad_output.sizes(),
                  ", expected the convolution output shape");
@@ -732,7 +732,7 @@ at::Tensor k_convolution_overrideable(const at::Tensor& input, const at::Tensor&
   if (output_mask[1]) gw = at::empty(weight.sizes(), weight.options());
   if (output_mask[2]) gb = at::empty({transposed ? g.C : g.O}, grad_output.options());
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // One device part for the three gradients: they share the staged grad_output.
     // An output not asked for is an undefined DeviceTensor (never reached).
     launch(input, [op, g, transposed, output_mask, in5 = DeviceTensor(in5),
@@ -795,19 +795,19 @@ ConvGeom fold_geom(const char* op, int64_t N, int64_t C, int64_t H, int64_t W,
                    at::IntArrayRef kernel_size, at::IntArrayRef dilation,
                    at::IntArrayRef padding, at::IntArrayRef stride) {
   for (auto* a : {&kernel_size, &dilation, &padding, &stride})
-    ACME_CHECK(a->size() == 2, op, "kernel_size, dilation, padding and stride must have 2 values");
+    FL_CHECK(a->size() == 2, op, "kernel_size, dilation, padding and stride must have 2 values");
   ConvGeom g;
   g.N = N; g.G = 1; g.C = C; g.H = H; g.W = W; g.O = C;
   g.kh = kernel_size[0]; g.kw = kernel_size[1];
   g.dh = dilation[0]; g.dw = dilation[1];
   g.ph = padding[0]; g.pw = padding[1];
   g.sh = stride[0]; g.sw = stride[1];
-  ACME_CHECK(g.kh > 0 && g.kw > 0 && g.dh > 0 && g.dw > 0 && g.sh > 0 && g.sw > 0, op,
+  FL_CHECK(g.kh > 0 && g.kw > 0 && g.dh > 0 && g.dw > 0 && g.sh > 0 && g.sw > 0, op,
              "kernel_size, dilation and stride must be positive");
-  ACME_CHECK(g.ph >= 0 && g.pw >= 0, op, "padding must be non-negative");
+  FL_CHECK(g.ph >= 0 && g.pw >= 0, op, "padding must be non-negative");
   g.Ho = (H + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
   g.Wo = (W + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  ACME_CHECK(g.Ho > 0 && g.Wo > 0, op, "the kernel does not fit: input (", H, ", ", W,
+  FL_CHECK(g.Ho > 0 && g.Wo > 0, op, "the kernel does not fit: input (", H, ", ", W,
              "), kernel ", kernel_size, ", dilation ", dilation, ", padding ", padding);
   return g;
 }
@@ -817,7 +817,7 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
                     at::IntArrayRef padding, at::IntArrayRef stride) {
   const char* op = "im2col";
   check_conv_dtype(op, self, self, "self");
-  ACME_CHECK_T(self.dim() == 3 || self.dim() == 4, op, self,
+  FL_CHECK_T(self.dim() == 3 || self.dim() == 4, op, self,
                "expected 3-d (C, H, W) or 4-d (N, C, H, W) input, got ", self.sizes());
   const bool batched = self.dim() == 4;
   const at::Tensor x4 = batched ? self : self.unsqueeze(0);
@@ -828,7 +828,7 @@ at::Tensor k_im2col(const at::Tensor& self, at::IntArrayRef kernel_size, at::Int
   at::Tensor out = at::empty(shape, self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, g, x4 = DeviceTensor(x4), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, x4);
       nn::OutBuf<Acc> ob(out);
@@ -844,25 +844,25 @@ at::Tensor k_col2im(const at::Tensor& self, at::IntArrayRef output_size,
                     at::IntArrayRef padding, at::IntArrayRef stride) {
   const char* op = "col2im";
   check_conv_dtype(op, self, self, "self");
-  ACME_CHECK_T(self.dim() == 2 || self.dim() == 3, op, self,
+  FL_CHECK_T(self.dim() == 2 || self.dim() == 3, op, self,
                "expected 2-d (C*kh*kw, L) or 3-d (N, C*kh*kw, L) input, got ", self.sizes());
-  ACME_CHECK(output_size.size() == 2 && kernel_size.size() == 2, op,
+  FL_CHECK(output_size.size() == 2 && kernel_size.size() == 2, op,
              "output_size and kernel_size must have 2 values");
   const bool batched = self.dim() == 3;
   const at::Tensor c3 = batched ? self : self.unsqueeze(0);
   const int64_t kk = kernel_size[0] * kernel_size[1];
-  ACME_CHECK_T(kk > 0 && c3.size(1) % kk == 0, op, self, "expected size(-2) = ", c3.size(1),
+  FL_CHECK_T(kk > 0 && c3.size(1) % kk == 0, op, self, "expected size(-2) = ", c3.size(1),
                " to be divisible by the kernel size ", kk);
   const ConvGeom g = fold_geom(op, c3.size(0), c3.size(1) / kk, output_size[0], output_size[1],
                                kernel_size, dilation, padding, stride);
-  ACME_CHECK_T(c3.size(2) == g.P(), op, self, "expected ", g.P(),
+  FL_CHECK_T(c3.size(2) == g.P(), op, self, "expected ", g.P(),
                " blocks (size(-1)) for output_size ", output_size, ", got ", c3.size(2));
   std::vector<int64_t> shape{g.N, g.C, g.H, g.W};
   if (!batched) shape.erase(shape.begin());
   at::Tensor out = at::empty(shape, self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, g, c3 = DeviceTensor(c3), out = DeviceTensor(out)] {
       auto c = nn::load<Acc>(op, c3);
       nn::OutBuf<Acc> ob(out);

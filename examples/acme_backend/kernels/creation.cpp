@@ -1,6 +1,6 @@
 // acme creation kernels: arange, linspace, eye (out= forms, resizing `out`),
 // tril/triu_indices, fill.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -20,7 +20,7 @@ void fill_1d(const char* op, at::Tensor& out, F f) {
   if (n == 0) return;
   const int64_t st = out.stride(0);
   dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [addr = out.data_ptr(), n, st, f, tag] {
       T* o = static_cast<T*>(device_view(addr));
       for (int64_t i = 0; i < n; ++i) o[i * st] = f(tag, i);
@@ -37,9 +37,9 @@ at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, c
                                at::Tensor& out) {
   const char* op = "arange.start_out";
   const double s = start.to<double>(), e = end.to<double>(), d = step.to<double>();
-  ACME_CHECK(d != 0, op, "step must be nonzero");
-  ACME_CHECK(std::isfinite(s) && std::isfinite(e), op, "unsupported range: ", s, " -> ", e);
-  ACME_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), op,
+  FL_CHECK(d != 0, op, "step must be nonzero");
+  FL_CHECK(std::isfinite(s) && std::isfinite(e), op, "unsupported range: ", s, " -> ", e);
+  FL_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), op,
              "upper bound and larger bound inconsistent with step sign");
   int64_t n;
   if (out.scalar_type() == at::kLong) {
@@ -47,16 +47,16 @@ at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, c
     // step are truncated to int64 first and the size is an integer division,
     // so arange(0, 3.1, dtype=long) is [0, 1, 2] while other dtypes get 4 values
     const int64_t si = start.to<int64_t>(), ei = end.to<int64_t>(), di = step.to<int64_t>();
-    ACME_CHECK_VALUE(di != 0, op, "step must be nonzero");  // a ValueError, as CPU's
+    FL_CHECK_VALUE(di != 0, op, "step must be nonzero");  // a ValueError, as CPU's
     const int64_t sgn = (di > 0) - (di < 0);
     n = (ei - si + di - sgn) / di;
   } else {
     n = static_cast<int64_t>(std::ceil((e - s) / d));
   }
-  ACME_CHECK(n >= 0, op, "invalid size ", n);
+  FL_CHECK(n >= 0, op, "invalid size ", n);
   resize_out(out, {n});
   fill_1d(op, out, [=](auto tag, int64_t i) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     if constexpr (is_floating_v<T>) return cvt<T>(s + d * static_cast<double>(i));
     else return cvt<T>(start.toLong() + step.toLong() * i);
   });
@@ -65,13 +65,13 @@ at::Tensor& k_arange_start_out(const at::Scalar& start, const at::Scalar& end, c
 
 at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
   const char* op = "linspace.out";
-  ACME_CHECK(steps >= 0, op, "number of steps must be non-negative");
+  FL_CHECK(steps >= 0, op, "number of steps must be non-negative");
   resize_out(out, {steps});
   const double s = start.to<double>(), e = end.to<double>();
   const double step = steps > 1 ? (e - s) / static_cast<double>(steps - 1) : 0.0;
   const int64_t half = steps / 2;
   fill_1d(op, out, [=](auto tag, int64_t i) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     // symmetric formula (from both ends) so the last value is exactly `end`;
     // a single step is `start`, as in torch
     const double v = steps == 1 ? s
@@ -93,11 +93,11 @@ at::Tensor& k_linspace_out(const at::Scalar& start, const at::Scalar& end, int64
 at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base,
                            at::Tensor& out) {
   const char* op = "logspace.out";
-  ACME_CHECK(steps >= 0, op, "number of steps must be non-negative");
+  FL_CHECK(steps >= 0, op, "number of steps must be non-negative");
   resize_out(out, {steps});
   const int64_t half = steps / 2;
   fill_1d(op, out, [=](auto tag, int64_t i) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return cvt<T>(std::pow(base, steps == 1 ? start.to<double>() : 0.0));
     } else {
@@ -120,12 +120,12 @@ at::Tensor& k_logspace_out(const at::Scalar& start, const at::Scalar& end, int64
 
 at::Tensor& k_eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
   const char* op = "eye.m_out";
-  ACME_CHECK(n >= 0, op, "n must be greater or equal to 0, got ", n);
-  ACME_CHECK(m >= 0, op, "m must be greater or equal to 0, got ", m);
+  FL_CHECK(n >= 0, op, "n must be greater or equal to 0, got ", n);
+  FL_CHECK(m >= 0, op, "m must be greater or equal to 0, got ", m);
   resize_out(out, {n, m});
   if (out.numel() == 0) return out;
   dispatch<kAll>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [addr = out.data_ptr(), n, m, s0 = out.stride(0), s1 = out.stride(1)] {
       T* o = static_cast<T*>(device_view(addr));
       for (int64_t i = 0; i < n; ++i)
@@ -144,9 +144,9 @@ at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset,
                        std::optional<at::Device> device, std::optional<bool> pin_memory) {
   (void)layout;
   (void)pin_memory;
-  ACME_CHECK(row >= 0, op, "row must be non-negative, got", row);
-  ACME_CHECK(col >= 0, op, "col must be non-negative, got", col);
-  ACME_CHECK(device.has_value(), op, "a device is required");
+  FL_CHECK(row >= 0, op, "row must be non-negative, got", row);
+  FL_CHECK(col >= 0, op, "col must be non-negative, got", col);
+  FL_CHECK(device.has_value(), op, "a device is required");
   // count first, then write row-major coordinates
   auto lo_hi = [lower, offset, col](int64_t i, int64_t& lo, int64_t& hi) {
     if (lower) { lo = 0; hi = std::clamp<int64_t>(i + offset + 1, 0, col); }
@@ -161,7 +161,7 @@ at::Tensor tri_indices(const char* op, int64_t row, int64_t col, int64_t offset,
   at::Tensor out = at::empty({2, n}, at::TensorOptions().dtype(dtype.value_or(at::kLong)).device(*device));
   if (n == 0) return out;
   dispatch<kI64 | kI32>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [addr = out.data_ptr(), n, row, lo_hi] {
       T* r = static_cast<T*>(device_view(addr));
       T* c = r + n;
@@ -194,7 +194,7 @@ at::Tensor k_triu_indices(int64_t row, int64_t col, int64_t offset, std::optiona
 
 at::Tensor k_fill_Tensor(const at::Tensor& self, const at::Tensor& value) {
   const char* op = "fill.Tensor";
-  ACME_CHECK_T(value.dim() == 0, op, value,
+  FL_CHECK_T(value.dim() == 0, op, value,
                "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
                " dimensions.");
   at::Tensor out = alloc_output(op, {&self}, self.sizes(), self.scalar_type());

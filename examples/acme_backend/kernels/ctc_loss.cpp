@@ -25,9 +25,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/alloc.h"
-#include "common/dense.h"
-#include "common/device.h"
+#include "kernel_lib/alloc.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -53,13 +53,13 @@ struct CtcPlan {
 
 CtcPlan plan_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& targets,
                  c10::IntArrayRef input_lengths, c10::IntArrayRef target_lengths, int64_t blank) {
-  ACME_CHECK_T(log_probs.dim() == 3, op, log_probs,
+  FL_CHECK_T(log_probs.dim() == 3, op, log_probs,
                "expected log_probs of shape (T, N, C) (input length, batch, classes), got ",
                log_probs.sizes());
-  ACME_CHECK_T(targets.dim() == 1 || targets.dim() == 2, op, targets,
+  FL_CHECK_T(targets.dim() == 1 || targets.dim() == 2, op, targets,
                "expected targets of shape (N, S) or 1-d concatenated targets, got ",
                targets.sizes());
-  ACME_CHECK_T(targets.scalar_type() == c10::ScalarType::Long ||
+  FL_CHECK_T(targets.scalar_type() == c10::ScalarType::Long ||
                    targets.scalar_type() == c10::ScalarType::Int,
                op, targets, "targets must be int64 or int32");
   CtcPlan p;
@@ -67,12 +67,12 @@ CtcPlan plan_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& 
   p.N = log_probs.size(1);
   p.C = log_probs.size(2);
   p.blank = blank;
-  ACME_CHECK_T(blank >= 0 && blank < p.C, op, log_probs, "blank must be in label range [0, ", p.C,
+  FL_CHECK_T(blank >= 0 && blank < p.C, op, log_probs, "blank must be in label range [0, ", p.C,
                "), got ", blank);
-  ACME_CHECK(static_cast<int64_t>(input_lengths.size()) == p.N, op,
+  FL_CHECK(static_cast<int64_t>(input_lengths.size()) == p.N, op,
              "input_lengths must have one entry per batch element (", p.N, "), got ",
              input_lengths.size());
-  ACME_CHECK(static_cast<int64_t>(target_lengths.size()) == p.N, op,
+  FL_CHECK(static_cast<int64_t>(target_lengths.size()) == p.N, op,
              "target_lengths must have one entry per batch element (", p.N, "), got ",
              target_lengths.size());
   p.input_lengths.assign(input_lengths.begin(), input_lengths.end());
@@ -81,9 +81,9 @@ CtcPlan plan_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& 
   int64_t pos = 0;
   for (int64_t b = 0; b < p.N; ++b) {
     const int64_t il = input_lengths[b], tl = target_lengths[b];
-    ACME_CHECK(il >= 0 && il <= p.T, op, "input_lengths[", b, "] = ", il,
+    FL_CHECK(il >= 0 && il <= p.T, op, "input_lengths[", b, "] = ", il,
                " is outside [0, ", p.T, "] (log_probs has ", p.T, " time steps)");
-    ACME_CHECK(tl >= 0, op, "target_lengths[", b, "] = ", tl, " is negative");
+    FL_CHECK(tl >= 0, op, "target_lengths[", b, "] = ", tl, " is negative");
     p.max_target = std::max(p.max_target, tl);
     if (targets.dim() == 1) {
       p.tg_offset[b] = pos * targets.stride(0);
@@ -93,12 +93,12 @@ CtcPlan plan_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& 
     }
   }
   if (targets.dim() == 1) {
-    ACME_CHECK_T(targets.size(0) == pos, op, targets,
+    FL_CHECK_T(targets.size(0) == pos, op, targets,
                  "1-d (concatenated) targets must have sum(target_lengths) = ", pos,
                  " elements, got ", targets.size(0));
     p.tg_stride = targets.stride(0);
   } else {
-    ACME_CHECK_T(targets.size(0) == p.N && targets.size(1) >= p.max_target, op, targets,
+    FL_CHECK_T(targets.size(0) == p.N && targets.size(1) >= p.max_target, op, targets,
                  "expected targets of shape (", p.N, ", S) with S >= max(target_lengths) = ",
                  p.max_target, ", got ", targets.sizes());
     p.tg_stride = targets.stride(1);
@@ -112,7 +112,7 @@ CtcPlan plan_ctc(const char* op, const at::Tensor& log_probs, const at::Tensor& 
 // before them (read_on_host: a counted host wait), as CPU's and CUDA's
 // ctc_loss_tensor do with .to(kCPU).
 std::vector<int64_t> lengths_on_host(const char* op, const at::Tensor& t, const char* arg) {
-  ACME_CHECK_T(c10::isIntegralType(t.scalar_type(), /*includeBool=*/false), op, t, arg,
+  FL_CHECK_T(c10::isIntegralType(t.scalar_type(), /*includeBool=*/false), op, t, arg,
                " must be integral");
   std::vector<int64_t> out(static_cast<size_t>(t.numel()));
   if (out.empty()) return out;
@@ -135,7 +135,7 @@ void extended_target(const char* op, const CtcPlan& p, const Tgt* tg, int64_t b,
   ext.assign(static_cast<size_t>(2 * L + 1), p.blank);
   for (int64_t k = 0; k < L; ++k) {
     const int64_t label = static_cast<int64_t>(tg[p.tg_offset[b] + p.tg_stride * k]);
-    ACME_CHECK_INDEX(label >= 0 && label < p.C, op, "target ", label, " of sequence ", b,
+    FL_CHECK_INDEX(label >= 0 && label < p.C, op, "target ", label, " of sequence ", b,
                      " is out of the label range [0, ", p.C, ")");
     ext[static_cast<size_t>(2 * k + 1)] = label;
   }
@@ -289,8 +289,8 @@ std::tuple<at::Tensor, at::Tensor> ctc_loss_impl(const char* op, const at::Tenso
   at::Tensor nll = at::empty({p.N}, log_probs.options());
   if (p.N == 0) return {nll, log_alpha};
   dispatch_ctc(op, log_probs, targets, [&](auto acc, auto tgt) {
-    using Acc = ACME_T(acc);
-    using Tgt = ACME_T(tgt);
+    using Acc = FL_T(acc);
+    using Tgt = FL_T(tgt);
     launch(nll, [op, p, lp = DeviceTensor(log_probs), tg = DeviceTensor(targets),
                  nll = DeviceTensor(nll), la = DeviceTensor(log_alpha)] {
       auto x = nn::load<Acc>(op, lp);
@@ -309,15 +309,15 @@ at::Tensor ctc_loss_backward_impl(const char* op, const at::Tensor& grad,
                                   const at::Tensor& log_alpha, int64_t blank, bool zero_infinity) {
   const CtcPlan p = plan_ctc(op, log_probs, targets, input_lengths, target_lengths, blank);
   for (const auto* t : {&grad, &neg_log_likelihood, &log_alpha})
-    ACME_CHECK_T(t->scalar_type() == log_probs.scalar_type(), op, *t,
+    FL_CHECK_T(t->scalar_type() == log_probs.scalar_type(), op, *t,
                  "expected grad, neg_log_likelihood and log_alpha of log_probs' dtype ",
                  dtype_name(log_probs.scalar_type()));
-  ACME_CHECK_T(grad.numel() == p.N, op, grad, "expected grad with one value per batch element (",
+  FL_CHECK_T(grad.numel() == p.N, op, grad, "expected grad with one value per batch element (",
                p.N, "), got shape ", grad.sizes());
-  ACME_CHECK_T(neg_log_likelihood.numel() == p.N, op, neg_log_likelihood,
+  FL_CHECK_T(neg_log_likelihood.numel() == p.N, op, neg_log_likelihood,
                "expected neg_log_likelihood with one value per batch element (", p.N,
                "), got shape ", neg_log_likelihood.sizes());
-  ACME_CHECK_T(log_alpha.dim() == 3 && log_alpha.size(0) == p.N && log_alpha.size(1) == p.T &&
+  FL_CHECK_T(log_alpha.dim() == 3 && log_alpha.size(0) == p.N && log_alpha.size(1) == p.T &&
                    log_alpha.size(2) >= 2 * p.max_target + 1,
                op, log_alpha, "expected log_alpha of shape (", p.N, ", ", p.T, ", >= ",
                2 * p.max_target + 1, ") as _ctc_loss returns it, got ", log_alpha.sizes());
@@ -325,8 +325,8 @@ at::Tensor ctc_loss_backward_impl(const char* op, const at::Tensor& grad,
   if (out.numel() == 0) return out;
   const int64_t W = log_alpha.size(2);
   dispatch_ctc(op, log_probs, targets, [&](auto acc, auto tgt) {
-    using Acc = ACME_T(acc);
-    using Tgt = ACME_T(tgt);
+    using Acc = FL_T(acc);
+    using Tgt = FL_T(tgt);
     launch(out, [op, p, W, zero_infinity, gr = DeviceTensor(grad.reshape({p.N})),
                  lp = DeviceTensor(log_probs), tg = DeviceTensor(targets),
                  nll = DeviceTensor(neg_log_likelihood.reshape({p.N})),

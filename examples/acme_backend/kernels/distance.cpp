@@ -5,7 +5,7 @@
 // inf: largest difference).
 // Sums run in the element type in column order, as torch's CPU kernels do,
 // so float32 results agree with the CPU to rounding.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -76,8 +76,8 @@ T pair_grad(T diff, T g, T dist, Norm n, T p) {
 }
 
 void check_matrix_input(const char* op, const at::Tensor& t, const char* name) {
-  ACME_CHECK_T(t.dim() >= 2, op, t, "cdist only supports at least 2D tensors, ", name, " got: ", t.dim(), "D");
-  ACME_CHECK_T(at::isFloatingType(t.scalar_type()), op, t, name, " only supports floating-point dtypes, got ",
+  FL_CHECK_T(t.dim() >= 2, op, t, "cdist only supports at least 2D tensors, ", name, " got: ", t.dim(), "D");
+  FL_CHECK_T(at::isFloatingType(t.scalar_type()), op, t, name, " only supports floating-point dtypes, got ",
                dtype_name(t.scalar_type()));
 }
 
@@ -97,7 +97,7 @@ std::vector<int64_t> batch_shape(const char* op, const at::Tensor& x1, const at:
   b2.insert(b2.begin(), n - b2.size(), 1);
   std::vector<int64_t> out(n);
   for (size_t i = 0; i < n; ++i) {
-    ACME_CHECK(b1[i] == b2[i] || b1[i] == 1 || b2[i] == 1, op, "batch dimensions of x1 ", x1.sizes(),
+    FL_CHECK(b1[i] == b2[i] || b1[i] == 1 || b2[i] == 1, op, "batch dimensions of x1 ", x1.sizes(),
                " and x2 ", x2.sizes(), " are not broadcastable");
     out[i] = b1[i] == 1 ? b2[i] : b1[i];
   }
@@ -133,10 +133,10 @@ at::Tensor k__cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p
   (void)compute_mode;  // the matmul form is a speed trade-off; acme computes distances directly
   check_matrix_input(op, x1, "X1");
   check_matrix_input(op, x2, "X2");
-  ACME_CHECK(x1.size(-1) == x2.size(-1), op, "X1 and X2 must have the same number of columns. X1: ",
+  FL_CHECK(x1.size(-1) == x2.size(-1), op, "X1 and X2 must have the same number of columns. X1: ",
              x1.size(-1), " X2: ", x2.size(-1));
-  ACME_CHECK(p >= 0, op, "cdist only supports non-negative p values");
-  ACME_CHECK_T(x1.scalar_type() == x2.scalar_type(), op, x2, "X1 and X2 must have the same dtype, got ",
+  FL_CHECK(p >= 0, op, "cdist only supports non-negative p values");
+  FL_CHECK_T(x1.scalar_type() == x2.scalar_type(), op, x2, "X1 and X2 must have the same dtype, got ",
                dtype_name(x1.scalar_type()), " and ", dtype_name(x2.scalar_type()));
   const auto [batch, r1, r2, m] = cdist_sizes(op, x1, x2);
   const std::vector<int64_t> shape = batched(batch, r1, r2);
@@ -146,7 +146,7 @@ at::Tensor k__cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p
   const int64_t nb = out.numel() / (r1 * r2);
   const Norm n = norm_of(p);
   dispatch<kDist>(op, x1.device(), x1.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [p, n, nb, r1, r2, m, a = DeviceTensor(a), b = DeviceTensor(b), out = DeviceTensor(out)] {
       const T* ap = static_cast<const T*>(a.data_ptr());
       const T* bp = static_cast<const T*>(b.data_ptr());
@@ -174,7 +174,7 @@ at::Tensor k__cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const
   if (out.numel() == 0) return out;
   const at::Tensor a = expanded(op, x1, batch), b = expanded(op, x2, batch);
   const std::vector<int64_t> dshape = batched(batch, r1, r2);
-  ACME_CHECK_T(grad.numel() == cdist.numel() && cdist.dim() == static_cast<int64_t>(dshape.size()) &&
+  FL_CHECK_T(grad.numel() == cdist.numel() && cdist.dim() == static_cast<int64_t>(dshape.size()) &&
                    cdist.sizes().equals(dshape),
                op, cdist, "cdist of shape ", cdist.sizes(), " does not match x1 ", x1.sizes(), " and x2 ",
                x2.sizes());
@@ -185,7 +185,7 @@ at::Tensor k__cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const
   const int64_t nb = out.numel() / (r1 * m);
   const Norm n = norm_of(p);
   dispatch<kDist>(op, x1.device(), x1.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [p, n, nb, r1, r2, m, a = DeviceTensor(a), b = DeviceTensor(b), g = DeviceTensor(g),
                  d = DeviceTensor(d), out = DeviceTensor(out)] {
       const T* ap = static_cast<const T*>(a.data_ptr());
@@ -212,17 +212,17 @@ at::Tensor k__cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const
 
 at::Tensor k__pdist_forward(const at::Tensor& self, double p) {
   const char* op = "_pdist_forward";
-  ACME_CHECK_T(self.is_contiguous(), op, self, "_pdist_forward requires contiguous input");
-  ACME_CHECK_T(self.dim() == 2, op, self, "pdist only supports 2D tensors, got: ", self.dim(), "D");
-  ACME_CHECK_T(at::isFloatingType(self.scalar_type()), op, self,
+  FL_CHECK_T(self.is_contiguous(), op, self, "_pdist_forward requires contiguous input");
+  FL_CHECK_T(self.dim() == 2, op, self, "pdist only supports 2D tensors, got: ", self.dim(), "D");
+  FL_CHECK_T(at::isFloatingType(self.scalar_type()), op, self,
                "pdist only supports floating-point dtypes");
-  ACME_CHECK(p >= 0, op, "pdist only supports non-negative p values");
+  FL_CHECK(p >= 0, op, "pdist only supports non-negative p values");
   const int64_t r = self.size(0), m = self.size(1);
   at::Tensor out = at::empty({r >= 2 ? r * (r - 1) / 2 : 0}, self.options());
   if (out.numel() == 0) return out;
   const Norm n = norm_of(p);
   dispatch<kDist>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [p, n, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
       const T* x = static_cast<const T*>(self.data_ptr());
       T* o = static_cast<T*>(out.data_ptr());
@@ -237,20 +237,20 @@ at::Tensor k__pdist_forward(const at::Tensor& self, double p) {
 
 at::Tensor k__pdist_backward(const at::Tensor& grad, const at::Tensor& self, double p, const at::Tensor& pdist) {
   const char* op = "_pdist_backward";
-  ACME_CHECK_T(self.is_contiguous(), op, self, "_pdist_backward requires self to be contiguous");
-  ACME_CHECK_T(pdist.is_contiguous(), op, pdist, "_pdist_backward requires pdist to be contiguous");
-  ACME_CHECK_T(self.dim() == 2, op, self, "pdist only supports 2D tensors, got: ", self.dim(), "D");
+  FL_CHECK_T(self.is_contiguous(), op, self, "_pdist_backward requires self to be contiguous");
+  FL_CHECK_T(pdist.is_contiguous(), op, pdist, "_pdist_backward requires pdist to be contiguous");
+  FL_CHECK_T(self.dim() == 2, op, self, "pdist only supports 2D tensors, got: ", self.dim(), "D");
   const int64_t r = self.size(0), m = self.size(1);
   at::Tensor out = at::empty(self.sizes(), self.options());
   if (out.numel() == 0) return out;
   const int64_t pairs = r >= 2 ? r * (r - 1) / 2 : 0;
-  ACME_CHECK_T(pdist.numel() == pairs && grad.numel() == pairs, op, grad, "grad and pdist must have ", pairs,
+  FL_CHECK_T(pdist.numel() == pairs && grad.numel() == pairs, op, grad, "grad and pdist must have ", pairs,
                " elements, got ", grad.numel(), " and ", pdist.numel());
   at::Tensor g = at::empty({pairs}, grad.options());
   convert_into(op, g, grad.reshape({pairs}));
   const Norm n = norm_of(p);
   dispatch<kDist>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [p, n, r, m, self = DeviceTensor(self), g = DeviceTensor(g), pdist = DeviceTensor(pdist),
                  out = DeviceTensor(out)] {
       const T* x = static_cast<const T*>(self.data_ptr());

@@ -7,14 +7,14 @@
 //
 // The host part checks the arguments and allocates the outputs; the index
 // values are read (and checked against the table's size) by the device part,
-// queued with launch (common/device.h): an out-of-range index is reported at
+// queued with launch (kernel_lib/device.h): an out-of-range index is reported at
 // the next synchronize, as on CUDA.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/iter.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "kernel_lib/iter.h"
 #include "kernels.h"
 
 #include <cmath>
@@ -35,7 +35,7 @@ enum BagMode : int64_t { kSum = 0, kMean = 1, kMax = 2 };
 // Host part: index tensors must be int64 or int32.
 void check_index(const char* op, const at::Tensor& t, const char* arg) {
   const auto st = t.scalar_type();
-  ACME_CHECK_T(st == c10::ScalarType::Long || st == c10::ScalarType::Int, op, t, arg,
+  FL_CHECK_T(st == c10::ScalarType::Long || st == c10::ScalarType::Int, op, t, arg,
                " must be int64 or int32");
 }
 
@@ -72,17 +72,17 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
                                       bool scale_grad_by_freq) {
   const char* op = "embedding_dense_backward";
   nn::check_float(op, grad_output);
-  ACME_CHECK(num_weights >= 0, op, "num_weights must be non-negative, got ", num_weights);
+  FL_CHECK(num_weights >= 0, op, "num_weights must be non-negative, got ", num_weights);
   check_index(op, indices, "indices");
   const int64_t n = indices.numel();
-  ACME_CHECK_T(grad_output.dim() >= 1, op, grad_output, "grad_output must have an embedding dim");
+  FL_CHECK_T(grad_output.dim() >= 1, op, grad_output, "grad_output must have an embedding dim");
   const int64_t D = grad_output.size(-1);
-  ACME_CHECK_T(grad_output.numel() == n * D, op, grad_output, "grad_output ", grad_output.sizes(),
+  FL_CHECK_T(grad_output.numel() == n * D, op, grad_output, "grad_output ", grad_output.sizes(),
                " does not match indices ", indices.sizes(), " x embedding dim ", D);
   at::Tensor gw = at::empty({num_weights, D}, grad_output.options());
   if (gw.numel() == 0) return gw;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gw, [op, n, D, num_weights, padding_idx, scale_grad_by_freq,
                 indices = DeviceTensor(indices), grad_output = DeviceTensor(grad_output),
                 gw = DeviceTensor(gw)] {
@@ -96,7 +96,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
       for (int64_t i = 0; i < n; ++i) {
         const int64_t k = idx[i];
         if (k == padding_idx) continue;
-        ACME_CHECK_INDEX(k >= 0 && k < num_weights, op, "index ", k, " out of range [0, ",
+        FL_CHECK_INDEX(k >= 0 && k < num_weights, op, "index ", k, " out of range [0, ",
                          num_weights, ")");
         const Acc scale = scale_grad_by_freq ? Acc(1) / static_cast<Acc>(counts[k]) : Acc(1);
         const Acc* src = g.data() + i * D;
@@ -118,16 +118,16 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
   (void)scale_grad_by_freq;  // only affects the backward
   (void)sparse;
   nn::check_float(op, weight);
-  ACME_CHECK_T(weight.dim() == 2, op, weight, "weight must be 2-d, got ", weight.sizes());
-  ACME_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0 (sum), 1 (mean) or 2 (max), got ",
+  FL_CHECK_T(weight.dim() == 2, op, weight, "weight must be 2-d, got ", weight.sizes());
+  FL_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0 (sum), 1 (mean) or 2 (max), got ",
              mode);
-  ACME_CHECK_T(indices.dim() == 1 && offsets.dim() == 1, op, indices,
+  FL_CHECK_T(indices.dim() == 1 && offsets.dim() == 1, op, indices,
                "indices and offsets must be 1-d (2-d input is flattened by embedding_bag)");
   const bool has_psw = per_sample_weights.has_value() && per_sample_weights->defined();
   if (has_psw) {
     nn::check_float(op, *per_sample_weights);
-    ACME_CHECK(mode == kSum, op, "per_sample_weights are only supported for mode 'sum'");
-    ACME_CHECK_T(per_sample_weights->numel() == indices.numel(), op, *per_sample_weights,
+    FL_CHECK(mode == kSum, op, "per_sample_weights are only supported for mode 'sum'");
+    FL_CHECK_T(per_sample_weights->numel() == indices.numel(), op, *per_sample_weights,
                  "per_sample_weights must have one weight per index");
   }
   const int64_t V = weight.size(0), D = weight.size(1);
@@ -148,7 +148,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
   at::Tensor bag_size = at::empty({B}, lopt);
   at::Tensor max_indices = mode == kMax ? at::empty({B, D}, lopt) : at::empty({B}, lopt);
   nn::dispatch_compute(op, weight, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, V, D, n, B, mode, has_psw, padding_idx, weight = DeviceTensor(weight),
                  indices = DeviceTensor(indices), offsets = DeviceTensor(offsets),
                  per_sample_weights = DeviceTensor(per_sample_weights),
@@ -162,7 +162,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
         return b + 1 < static_cast<int64_t>(offs.size()) ? std::min(std::max<int64_t>(offs[b + 1], 0), n) : n;
       };
       // a check on the offsets' values: reported at the next synchronize
-      if (B > 0) ACME_CHECK(offs[0] == 0, op, "offsets[0] has to be 0, got ", offs[0]);
+      if (B > 0) FL_CHECK(offs[0] == 0, op, "offsets[0] has to be 0, got ", offs[0]);
       auto w = nn::load<Acc>(op, weight);
       nn::Dense<Acc> psw;
       if (has_psw) psw = nn::load<Acc>(op, per_sample_weights);
@@ -177,7 +177,7 @@ at::Tensor k_embedding_dense_backward(const at::Tensor& grad_output, const at::T
         for (int64_t i = start(b); i < end(b); ++i) {
           o2b[i] = b;
           const int64_t k = idx[i];
-          ACME_CHECK_INDEX(k >= 0 && k < V, op, "index ", k, " out of range [0, ", V, ")");
+          FL_CHECK_INDEX(k >= 0 && k < V, op, "index ", k, " out of range [0, ", V, ")");
           if (k == padding_idx) continue;
           const Acc* row = w.data() + k * D;
           if (mode == kMax) {
@@ -220,14 +220,14 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
                                            int64_t padding_idx) {
   const char* op = "_embedding_bag_dense_backward";
   nn::check_float(op, grad);
-  ACME_CHECK_T(grad.dim() == 2, op, grad, "grad must be 2-d (bags, dim), got ", grad.sizes());
-  ACME_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0, 1 or 2, got ", mode);
+  FL_CHECK_T(grad.dim() == 2, op, grad, "grad must be 2-d (bags, dim), got ", grad.sizes());
+  FL_CHECK(mode >= kSum && mode <= kMax, op, "mode must be 0, 1 or 2, got ", mode);
   const int64_t B = grad.size(0), D = grad.size(1);
   check_index(op, indices, "indices");
   check_index(op, offset2bag, "offset2bag");
   check_index(op, bag_size, "bag_size");
   const int64_t n = indices.numel();
-  ACME_CHECK(mode == kMax || offset2bag.numel() == n, op,
+  FL_CHECK(mode == kMax || offset2bag.numel() == n, op,
              "offset2bag must have one entry per index (", n, "), got ", offset2bag.numel());
   const bool has_psw = per_sample_weights.has_value() && per_sample_weights->defined();
   // padding_idx < 0 means "none" here (F.embedding_bag already wrapped negatives).
@@ -235,10 +235,10 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
   if (gw.numel() == 0) return gw;
   if (mode == kMax) {
     check_index(op, maximum_indices, "maximum_indices");
-    ACME_CHECK(maximum_indices.numel() == B * D, op, "maximum_indices must be (bags, dim)");
+    FL_CHECK(maximum_indices.numel() == B * D, op, "maximum_indices must be (bags, dim)");
   }
   nn::dispatch_compute(op, grad, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gw, [op, B, D, n, num_weights, scale_grad_by_freq, mode, has_psw, padding_idx,
                 grad = DeviceTensor(grad), indices = DeviceTensor(indices),
                 offset2bag = DeviceTensor(offset2bag), bag_size = DeviceTensor(bag_size),
@@ -265,17 +265,17 @@ at::Tensor k__embedding_bag_dense_backward(const at::Tensor& grad, const at::Ten
             if (b < static_cast<int64_t>(bs.size()) && bs[b] == 0) continue;  // empty bag
             const int64_t k = mi[b * D + d];
             if (k < 0 || k == padding_idx) continue;
-            ACME_CHECK_INDEX(k < num_weights, op, "index ", k, " out of range");
+            FL_CHECK_INDEX(k < num_weights, op, "index ", k, " out of range");
             out[k * D + d] += g.data()[b * D + d] * freq(k);
           }
       } else {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t k = idx[i];
           if (k == padding_idx) continue;
-          ACME_CHECK_INDEX(k >= 0 && k < num_weights, op, "index ", k, " out of range [0, ",
+          FL_CHECK_INDEX(k >= 0 && k < num_weights, op, "index ", k, " out of range [0, ",
                            num_weights, ")");
           const int64_t b = o2b[i];
-          ACME_CHECK_INDEX(b >= 0 && b < B, op, "offset2bag entry ", b, " out of range");
+          FL_CHECK_INDEX(b >= 0 && b < B, op, "offset2bag entry ", b, " out of range");
           Acc s = freq(k);
           if (mode == kMean) {
             const int64_t c = b < static_cast<int64_t>(bs.size()) ? bs[b] : 0;
@@ -298,12 +298,12 @@ at::Tensor& k_embedding_renorm_(at::Tensor& self, const at::Tensor& indices, dou
                                 double norm_type) {
   const char* op = "embedding_renorm_";
   nn::check_float(op, self);
-  ACME_CHECK_T(self.dim() == 2, op, self, "self must be 2-d, got ", self.sizes());
+  FL_CHECK_T(self.dim() == 2, op, self, "self must be 2-d, got ", self.sizes());
   check_index(op, indices, "indices");
   const int64_t V = self.size(0), D = self.size(1);
   if (indices.numel() == 0 || self.numel() == 0) return self;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(self, [op, V, D, max_norm, norm_type, indices = DeviceTensor(indices),
                   self = DeviceTensor(self)] {
       const auto idx = load_index(indices);
@@ -311,7 +311,7 @@ at::Tensor& k_embedding_renorm_(at::Tensor& self, const at::Tensor& indices, dou
       std::vector<Acc> rows(w.data(), w.data() + self.numel());
       std::unordered_set<int64_t> seen;
       for (int64_t k : idx) {
-        ACME_CHECK_INDEX(k >= 0 && k < V, op, "index ", k, " out of range [0, ", V, ")");
+        FL_CHECK_INDEX(k >= 0 && k < V, op, "index ", k, " out of range [0, ", V, ")");
         if (!seen.insert(k).second) continue;
         Acc* r = rows.data() + k * D;
         double norm = 0;

@@ -26,9 +26,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/parallel.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "kernel_lib/parallel.h"
 #include "kernels.h"
 
 #include <array>
@@ -63,10 +63,10 @@ struct Shape {
 };
 
 Mode check_mode(const char* op, int64_t interpolation_mode, int64_t padding_mode, bool align_corners) {
-  ACME_CHECK_VALUE(interpolation_mode >= 0 && interpolation_mode <= 2, op,
+  FL_CHECK_VALUE(interpolation_mode >= 0 && interpolation_mode <= 2, op,
                    "interpolation_mode must be 0 (bilinear), 1 (nearest) or 2 (bicubic), got ",
                    interpolation_mode);
-  ACME_CHECK_VALUE(padding_mode >= 0 && padding_mode <= 2, op,
+  FL_CHECK_VALUE(padding_mode >= 0 && padding_mode <= 2, op,
                    "padding_mode must be 0 (zeros), 1 (border) or 2 (reflection), got ", padding_mode);
   return {static_cast<Interp>(interpolation_mode), static_cast<Pad>(padding_mode), align_corners};
 }
@@ -76,24 +76,24 @@ template <int K>
 Shape<K> check_shapes(const char* op, const at::Tensor& input, const at::Tensor& grid, const Mode& m) {
   nn::check_float(op, input);
   nn::check_float(op, grid);
-  ACME_CHECK_T(input.scalar_type() == grid.scalar_type(), op, input,
+  FL_CHECK_T(input.scalar_type() == grid.scalar_type(), op, input,
                "expected input and grid to have the same dtype, got input ", input.scalar_type(),
                " and grid ", grid.scalar_type());
-  ACME_CHECK_T(input.dim() == K + 2 && grid.dim() == K + 2, op, input, "expected ", K + 2,
+  FL_CHECK_T(input.dim() == K + 2 && grid.dim() == K + 2, op, input, "expected ", K + 2,
                K == 2 ? "-d input (N, C, H, W) and grid (N, H_out, W_out, 2)"
                       : "-d input (N, C, D, H, W) and grid (N, D_out, H_out, W_out, 3)",
                ", got input ", input.sizes(), " and grid ", grid.sizes());
-  ACME_CHECK_T(input.size(0) == grid.size(0), op, input,
+  FL_CHECK_T(input.size(0) == grid.size(0), op, input,
                "expected grid and input to have the same batch size, got input ", input.sizes(),
                " and grid ", grid.sizes());
-  ACME_CHECK_T(grid.size(K + 1) == K, op, grid, "expected grid to have size ", K,
+  FL_CHECK_T(grid.size(K + 1) == K, op, grid, "expected grid to have size ", K,
                " in its last dimension (", K == 2 ? "x, y" : "x, y, z", "), got ", grid.sizes());
-  ACME_CHECK(K == 2 || m.interp != Interp::bicubic, op,
+  FL_CHECK(K == 2 || m.interp != Interp::bicubic, op,
              "bicubic interpolation only supports 4-d input (grid_sampler_2d)");
   Shape<K> s{input.size(0), input.size(1), {}, {}, input.size(1), 1};
   for (int d = 0; d < K; ++d) {
     s.size[d] = input.size(K + 1 - d);
-    ACME_CHECK_T(s.size[d] > 0, op, input, "expected input to have non-empty spatial dimensions, got ",
+    FL_CHECK_T(s.size[d] > 0, op, input, "expected input to have non-empty spatial dimensions, got ",
                  input.sizes());
     s.stride[d] = d == 0 ? 1 : s.stride[d - 1] * s.size[d - 1];
     s.image *= s.size[d];
@@ -406,7 +406,7 @@ at::Tensor grid_sample_forward(const char* op, const at::Tensor& input, const at
   at::Tensor out = at::empty(sizes, input.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, s, m, input = DeviceTensor(input), grid = DeviceTensor(grid),
                  out = DeviceTensor(out)] {
       const auto x = nn::load<Acc>(op, input);
@@ -435,7 +435,7 @@ template <int K>
   nn::check_float(op, grad_output);
   std::vector<int64_t> out_sizes{s.N, s.C};
   for (int d = 1; d <= K; ++d) out_sizes.push_back(grid.size(d));
-  ACME_CHECK_T(grad_output.sizes().equals(out_sizes), op, grad_output, "grad_output has shape ",
+  FL_CHECK_T(grad_output.sizes().equals(out_sizes), op, grad_output, "grad_output has shape ",
                grad_output.sizes(), ", expected ", at::IntArrayRef(out_sizes));
   // Only output_mask[0] is read, as on CPU and CUDA: the grid's gradient is always computed.
   const bool want_input = output_mask[0];
@@ -443,7 +443,7 @@ template <int K>
   at::Tensor grad_grid = at::empty(grid.sizes(), grid.options());
   if (grad_grid.numel() == 0) return {grad_input, grad_grid};
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // grad_input (zeros, queued above) is an undefined DeviceTensor when not wanted
     launch(grad_grid, [op, s, m, want_input, grad_output = DeviceTensor(grad_output),
                        input = DeviceTensor(input), grid = DeviceTensor(grid),

@@ -4,12 +4,12 @@
 // the dtype, so it works for every acme dtype with four instantiations; ops
 // that do arithmetic (scatter_add, index_add, accumulate) dispatch on dtype.
 //
-// Host part / device part (common/device.h): index values are read by the
+// Host part / device part (kernel_lib/device.h): index values are read by the
 // device part, which also checks them against the bounds (reported at the
 // next synchronize, as CUDA's device asserts). Ops whose output size depends
 // on data (nonzero, masked_select, indexing with a boolean mask) count on the
 // device and read the count on the host: one host wait per op.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -48,14 +48,14 @@ at::Tensor contiguous_as(const char* op, const at::Tensor& t, at::ScalarType st,
 
 // Index tensor as contiguous int64 (int32 indices accepted, as in torch).
 at::Tensor index_as_long(const char* op, const at::Tensor& index, const char* what = "index") {
-  ACME_CHECK_T(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op, index,
+  FL_CHECK_T(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op, index,
                what, " must be an int64 or int32 tensor");
   return contiguous_as(op, index, at::kLong);
 }
 
 // Device part: an index value checked against the size (wrapping negatives).
 int64_t checked_index(const char* op, int64_t i, int64_t size) {
-  ACME_CHECK_INDEX(i >= -size && i < size, op, "index ", i,
+  FL_CHECK_INDEX(i >= -size && i < size, op, "index ", i,
                    " is out of bounds for dimension with size ", size);
   return i < 0 ? i + size : i;
 }
@@ -89,7 +89,7 @@ IndexedSource indexed_source(const char* op, const at::Tensor& self, int64_t dim
                   contiguous_as(op, source, source.scalar_type()), 1, 1, 1, 0};
   split_at(x.out, dim, x.A, x.N, x.B);
   x.K = x.idx.numel();
-  ACME_CHECK(x.src.numel() == x.A * x.K * x.B, op, "source of shape ", source.sizes(),
+  FL_CHECK(x.src.numel() == x.A * x.K * x.B, op, "source of shape ", source.sizes(),
              " does not match self ", self.sizes(), " with ", x.K, " indices along dim ", dim);
   return x;
 }
@@ -101,7 +101,7 @@ template <class T>
 T value_on_device(const char* op, const DeviceTensor& v) {
   at::Scalar s;
   dispatch<kAll>(op, v.device(), v.scalar_type(), [&](auto tag) {
-    using V = ACME_T(tag);
+    using V = FL_T(tag);
     const V x = *v.const_data_ptr<V>();
     if constexpr (std::is_same_v<V, bool>) s = at::Scalar(x);
     else if constexpr (is_floating_v<V>) s = at::Scalar(static_cast<double>(x));
@@ -115,7 +115,7 @@ T value_on_device(const char* op, const DeviceTensor& v) {
 at::Tensor k_index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
   const char* op = "index_select";
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.dim() <= 1, op, index, "index_select(): Index is supposed to be a vector");
+  FL_CHECK_T(index.dim() <= 1, op, index, "index_select(): Index is supposed to be a vector");
   at::Tensor idx = index_as_long(op, index);
   at::Tensor src = contiguous_as(op, self, self.scalar_type());
   int64_t A, N, B;
@@ -129,7 +129,7 @@ at::Tensor k_index_select(const at::Tensor& self, int64_t dim, const at::Tensor&
                out = DeviceTensor(out)] {
     const int64_t* ip = idx.const_data_ptr<int64_t>();
     for (int64_t k = 0; k < K; ++k)
-      ACME_CHECK_INDEX(ip[k] >= 0 && ip[k] < N, op, "index out of range in self (index ", ip[k],
+      FL_CHECK_INDEX(ip[k] >= 0 && ip[k] < N, op, "index out of range in self (index ", ip[k],
                        ", size ", N, ")");
     const char* s = static_cast<const char*>(src.const_data_ptr());
     char* o = static_cast<char*>(out.data_ptr());
@@ -181,7 +181,7 @@ void for_index_positions(const char* op, const StridedIter& it, int64_t dim, int
   it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = *reinterpret_cast<const int64_t*>(p[0] + i * s[0]);
-      ACME_CHECK_INDEX(v >= 0 && v < dsize, op, "index ", v,
+      FL_CHECK_INDEX(v >= 0 && v < dsize, op, "index ", v,
                        " is out of bounds for dimension ", dim, " with size ", dsize);
       body(p[1] + i * s[1], v, has_other ? p[2] + i * s[2] : nullptr);
     }
@@ -190,15 +190,15 @@ void for_index_positions(const char* op, const StridedIter& it, int64_t dim, int
 
 void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                          const at::Tensor* src) {
-  ACME_CHECK(index.dim() == self.dim() || (index.dim() <= 1 && self.dim() <= 1), op,
+  FL_CHECK(index.dim() == self.dim() || (index.dim() <= 1 && self.dim() <= 1), op,
              "Index tensor must have the same number of dimensions as input tensor");
   for (int64_t d = 0; d < index.dim(); ++d) {
     if (d != dim)
-      ACME_CHECK(index.size(d) <= self.size(d), op, "Size does not match at dimension ", d,
+      FL_CHECK(index.size(d) <= self.size(d), op, "Size does not match at dimension ", d,
                  " expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
                  " apart from dimension ", dim);
     if (src && src->dim() > 0)
-      ACME_CHECK(index.size(d) <= src->size(d), op, "Expected index ", index.sizes(),
+      FL_CHECK(index.size(d) <= src->size(d), op, "Expected index ", index.sizes(),
                  " to be no larger than src ", src->sizes());
   }
 }
@@ -218,7 +218,7 @@ at::Tensor k_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index
   const int64_t dsize = self.dim() == 0 ? 1 : self.size(dim);
   const StridedIter it = index_positions(self, dim, idx, nullptr);
   by_elsize(op, self.element_size(), [&](auto tag) {
-    using U = ACME_T(tag);
+    using U = FL_T(tag);
     launch(out, [op, it, dim, dsize, dstride, out = DeviceTensor(out)] {
       U* o = out.data_ptr<U>();
       int64_t k = 0;  // out and idx are contiguous with the same shape
@@ -247,7 +247,7 @@ at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, con
                         const at::Tensor* src, const at::Scalar* value, ScatterMode mode) {
   dim = wrap_dim(op, dim, self.dim());
   if (src)
-    ACME_CHECK_T(src->scalar_type() == self.scalar_type(), op, *src, "Expected self.dtype (",
+    FL_CHECK_T(src->scalar_type() == self.scalar_type(), op, *src, "Expected self.dtype (",
                  dtype_name(self.scalar_type()), ") to be equal to src.dtype");
   // as torch: an empty index scatters nothing and is not checked (gather's backward sends one)
   if (index.numel() == 0) return clone_contig(op, self);
@@ -259,7 +259,7 @@ at::Tensor scatter_impl(const char* op, const at::Tensor& self, int64_t dim, con
   const StridedIter it = index_positions(out, dim, idx, src);
   const bool has_src = src != nullptr;
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     const T cv = value ? value->to<T>() : T();
     launch(out, [op, it, dim, dsize, dstride, has_src, cv, mode] {
       for_index_positions(op, it, dim, dsize, has_src, [&](char* o0, int64_t v, char* sp) {
@@ -294,7 +294,7 @@ namespace {
 // the deprecated `reduce=` of scatter: "add" or "multiply"
 ScatterMode scatter_reduce_mode(const char* op, c10::string_view reduce) {
   if (reduce == "add") return ScatterMode::Add;
-  ACME_CHECK(reduce == "multiply", op, "reduce argument must be either add or multiply., got ",
+  FL_CHECK(reduce == "multiply", op, "reduce argument must be either add or multiply., got ",
              std::string(reduce));
   return ScatterMode::Mul;
 }
@@ -321,10 +321,10 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   const char* op = "scatter_reduce.two";
   const int kind = reduce == "sum" ? 0 : reduce == "prod" ? 1 : reduce == "mean" ? 2
                  : reduce == "amax" ? 3 : reduce == "amin" ? 4 : -1;
-  ACME_CHECK(kind >= 0, op, "reduce argument must be either sum, prod, mean, amax or amin, got ",
+  FL_CHECK(kind >= 0, op, "reduce argument must be either sum, prod, mean, amax or amin, got ",
              std::string(reduce));
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(src.scalar_type() == self.scalar_type(), op, src, "Expected self.dtype (",
+  FL_CHECK_T(src.scalar_type() == self.scalar_type(), op, src, "Expected self.dtype (",
                dtype_name(self.scalar_type()), ") to be equal to src.dtype");
   if (index.numel() == 0) return clone_contig(op, self);  // as scatter_impl
   check_gather_shapes(op, self, dim, index, &src);
@@ -335,7 +335,7 @@ at::Tensor k_scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::T
   const int64_t dsize = out.dim() == 0 ? 1 : out.size(dim);
   const StridedIter it = index_positions(out, dim, idx, &src);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [op, it, dim, dsize, dstride, esz, kind, include_self, out = DeviceTensor(out)] {
       // per output element: number of scattered values (and whether it was touched)
@@ -381,17 +381,17 @@ at::Tensor k_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
                        const at::Scalar& alpha) {
   const char* op = "index_add";
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.dim() <= 1, op, index, "index_add_(): Index is supposed to be a vector");
-  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
+  FL_CHECK_T(index.dim() <= 1, op, index, "index_add_(): Index is supposed to be a vector");
+  FL_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "index_add_(): self (", dtype_name(self.scalar_type()), ") and source (",
                dtype_name(source.scalar_type()), ") must have the same scalar type");
   const int64_t nk = index.numel();
-  ACME_CHECK(source.dim() == 0 ? nk == 1 : (source.dim() == std::max<int64_t>(self.dim(), 1) &&
+  FL_CHECK(source.dim() == 0 ? nk == 1 : (source.dim() == std::max<int64_t>(self.dim(), 1) &&
                                             source.size(self.dim() == 0 ? 0 : dim) == nk), op,
              "source of shape ", source.sizes(), " does not match index of ", nk, " elements");
   auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     const M al = alpha.to<M>();
     launch(out, [op, A, N, B, K, al, idx = DeviceTensor(idx), src = DeviceTensor(src),
@@ -437,17 +437,17 @@ at::Tensor k_index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
   else if (reduce == "mean") r = R::Mean;
   else if (reduce == "amax") r = R::Amax;
   else if (reduce == "amin") r = R::Amin;
-  else ACME_CHECK(false, op, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
+  else FL_CHECK(false, op, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
                   reduce, ".");
-  ACME_CHECK_T(index.dim() <= 1, op, index, "index_reduce_(): Index is supposed to be a vector");
-  ACME_CHECK_T(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op, index,
+  FL_CHECK_T(index.dim() <= 1, op, index, "index_reduce_(): Index is supposed to be a vector");
+  FL_CHECK_T(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op, index,
                "index_reduce_(): Expected dtype int32/int64 for index");
-  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source, "index_reduce_(): self (",
+  FL_CHECK_T(source.scalar_type() == self.scalar_type(), op, source, "index_reduce_(): self (",
                dtype_name(self.scalar_type()), ") and source (", dtype_name(source.scalar_type()),
                ") must have the same scalar type");
   auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [op, r, include_self, A, N, B, K, idx = DeviceTensor(idx), src = DeviceTensor(src),
                  out = DeviceTensor(out)] {
@@ -514,8 +514,8 @@ at::Tensor k_index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor&
 at::Tensor k_index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
   const char* op = "index_copy";
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_copy_(): Expected a long tensor for index");
-  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
+  FL_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_copy_(): Expected a long tensor for index");
+  FL_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "index_copy_(): self and source expected to have the same dtype");
   auto [out, idx, src, A, N, B, K] = indexed_source(op, self, dim, index, source);
   const int64_t row = B * static_cast<int64_t>(out.element_size());
@@ -539,14 +539,14 @@ namespace {
 at::Tensor index_fill_impl(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                            const at::Scalar* value, const at::Tensor* value_t) {
   dim = wrap_dim(op, dim, self.dim());
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_fill_(): Expected dtype int64 for index");
+  FL_CHECK_T(index.scalar_type() == at::kLong, op, index, "index_fill_(): Expected dtype int64 for index");
   at::Tensor out = clone_contig(op, self);
   at::Tensor idx = index_as_long(op, index);
   int64_t A, N, B;
   split_at(out, dim, A, N, B);
   const DeviceTensor vt = value_t ? DeviceTensor(*value_t) : DeviceTensor();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     const T hv = value ? value->to<T>() : T();
     launch(out, [op, A, N, B, hv, vt, idx = DeviceTensor(idx), out = DeviceTensor(out)] {
       const T v = vt.defined() ? value_on_device<T>(op, vt) : hv;
@@ -574,7 +574,7 @@ at::Tensor k_index_fill_int_Scalar(const at::Tensor& self, int64_t dim, const at
 at::Tensor k_index_fill_int_Tensor(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                    const at::Tensor& value) {
   const char* op = "index_fill.int_Tensor";
-  ACME_CHECK_T(value.dim() == 0, op, value,
+  FL_CHECK_T(value.dim() == 0, op, value,
                "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
                value.dim(), " dimension(s).");
   return index_fill_impl("index_fill.int_Scalar", self, dim, index, nullptr, &value);
@@ -584,7 +584,7 @@ at::Tensor k_index_fill_int_Tensor(const at::Tensor& self, int64_t dim, const at
 
 namespace {
 void check_mask(const char* op, const at::Tensor& mask) {
-  ACME_CHECK_T(mask.scalar_type() == at::kBool, op, mask, "expected mask dtype to be Bool but got ",
+  FL_CHECK_T(mask.scalar_type() == at::kBool, op, mask, "expected mask dtype to be Bool but got ",
                dtype_name(mask.scalar_type()));
 }
 
@@ -604,7 +604,7 @@ at::Tensor masked_fill_impl(const char* op, const at::Tensor& self, const at::Te
   it.build();
   const DeviceTensor vt = value_t ? DeviceTensor(*value_t) : DeviceTensor();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     const T hv = value ? value->to<T>() : T();
     launch(out, [op, it, hv, vt] {
       const T v = vt.defined() ? value_on_device<T>(op, vt) : hv;
@@ -673,7 +673,7 @@ at::Tensor k_masked_fill_Scalar(const at::Tensor& self, const at::Tensor& mask, 
 
 at::Tensor k_masked_fill_Tensor(const at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
   const char* op = "masked_fill.Tensor";
-  ACME_CHECK_T(value.dim() == 0, op, value,
+  FL_CHECK_T(value.dim() == 0, op, value,
                "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
                value.dim(), " dimension(s).");
   return masked_fill_impl(op, self, mask, nullptr, &value);
@@ -693,7 +693,7 @@ at::Tensor k_masked_select(const at::Tensor& self, const at::Tensor& mask) {
   at::Tensor out = at::empty({n}, self.options());
   if (n == 0) return out;
   by_elsize(op, self.element_size(), [&](auto tag) {
-    using U = ACME_T(tag);
+    using U = FL_T(tag);
     launch(out, [m = DeviceTensor(m), s = DeviceTensor(s), out = DeviceTensor(out)] {
       const bool* mp = m.const_data_ptr<bool>();
       const U* sp = s.const_data_ptr<U>();
@@ -709,7 +709,7 @@ at::Tensor k_masked_select(const at::Tensor& self, const at::Tensor& mask) {
 at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
   const char* op = "masked_scatter";
   check_mask(op, mask);
-  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
+  FL_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "masked_scatter: expected self and source to have same dtypes but got ",
                dtype_name(self.scalar_type()), " and ", dtype_name(source.scalar_type()));
   // self and mask broadcast together, as in torch's masked_scatter
@@ -720,7 +720,7 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
   convert_into(op, m, mask);
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
   by_elsize(op, self.element_size(), [&](auto tag) {
-    using U = ACME_T(tag);
+    using U = FL_T(tag);
     launch(out, [op, m = DeviceTensor(m), src = DeviceTensor(src), out = DeviceTensor(out)] {
       const bool* mp = m.const_data_ptr<bool>();
       const U* sp = src.const_data_ptr<U>();
@@ -729,7 +729,7 @@ at::Tensor k_masked_scatter(const at::Tensor& self, const at::Tensor& mask, cons
       for (int64_t i = 0; i < m.numel(); ++i) {
         if (!mp[i]) continue;
         // a check on the mask's values: reported at the next synchronize
-        ACME_CHECK(k < src.numel(), op, "Number of elements of source < number of ones in mask");
+        FL_CHECK(k < src.numel(), op, "Number of elements of source < number of ones in mask");
         o[i] = sp[k++];
       }
     });
@@ -750,14 +750,14 @@ at::Tensor k_nonzero(const at::Tensor& self) {
 
 at::Tensor k_take(const at::Tensor& self, const at::Tensor& index) {
   const char* op = "take";
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "take(): Expected a long tensor for index");
+  FL_CHECK_T(index.scalar_type() == at::kLong, op, index, "take(): Expected a long tensor for index");
   at::Tensor src = contiguous_as(op, self, self.scalar_type());
   at::Tensor idx = index_as_long(op, index);
   at::Tensor out = at::empty(index.sizes(), self.options());
   const int64_t n = self.numel();
-  ACME_CHECK_INDEX(n > 0 || idx.numel() == 0, op, "cannot take from an empty tensor");
+  FL_CHECK_INDEX(n > 0 || idx.numel() == 0, op, "cannot take from an empty tensor");
   by_elsize(op, self.element_size(), [&](auto tag) {
-    using U = ACME_T(tag);
+    using U = FL_T(tag);
     launch(out, [op, n, idx = DeviceTensor(idx), src = DeviceTensor(src), out = DeviceTensor(out)] {
       const int64_t* ip = idx.const_data_ptr<int64_t>();
       const U* sp = src.const_data_ptr<U>();
@@ -770,10 +770,10 @@ at::Tensor k_take(const at::Tensor& self, const at::Tensor& index) {
 
 at::Tensor k_put(const at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate) {
   const char* op = "put";
-  ACME_CHECK_T(index.scalar_type() == at::kLong, op, index, "put(): Expected a long tensor for index");
-  ACME_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
+  FL_CHECK_T(index.scalar_type() == at::kLong, op, index, "put(): Expected a long tensor for index");
+  FL_CHECK_T(source.scalar_type() == self.scalar_type(), op, source,
                "put(): self and source expected to have the same dtype");
-  ACME_CHECK(index.numel() == source.numel(), op, "put(): Expected source and index to have the same "
+  FL_CHECK(index.numel() == source.numel(), op, "put(): Expected source and index to have the same "
              "number of elements, but got source.numel() = ", source.numel(), ", index.numel() = ",
              index.numel());
   at::Tensor out = clone_contig(op, self);
@@ -781,7 +781,7 @@ at::Tensor k_put(const at::Tensor& self, const at::Tensor& index, const at::Tens
   at::Tensor src = contiguous_as(op, source, source.scalar_type());
   const int64_t n = out.numel();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [op, n, accumulate, idx = DeviceTensor(idx), src = DeviceTensor(src),
                  out = DeviceTensor(out)] {
       const int64_t* ip = idx.const_data_ptr<int64_t>();
@@ -831,7 +831,7 @@ std::vector<int64_t> mid_offsets(const char* op, const AdvIndex& p) {
   for (const IndexOperand& x : p.index) {
     const int64_t* ep = x.e.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < p.ni; ++i) {
-      ACME_CHECK_INDEX(ep[i] >= -x.size && ep[i] < x.size, op, "index ", ep[i],
+      FL_CHECK_INDEX(ep[i] >= -x.size && ep[i] < x.size, op, "index ", ep[i],
                        " is out of bounds for dimension ", x.dim, " with size ", x.size);
       const int64_t v = ep[i] < 0 ? ep[i] + x.size : ep[i];
       mid_off[i] += v * x.stride;
@@ -871,10 +871,10 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
     }
     if (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte) {
       const int64_t start = static_cast<int64_t>(idx.size());
-      ACME_CHECK_INDEX(start + t->dim() <= self.dim(), op, "too many indices for tensor of dimension ",
+      FL_CHECK_INDEX(start + t->dim() <= self.dim(), op, "too many indices for tensor of dimension ",
                        self.dim());
       for (int64_t d = 0; d < t->dim(); ++d)
-        ACME_CHECK_INDEX(t->size(d) == self.size(start + d), op, "The shape of the mask ", t->sizes(),
+        FL_CHECK_INDEX(t->size(d) == self.size(start + d), op, "The shape of the mask ", t->sizes(),
                          " at index ", d, " does not match the shape of the indexed tensor ",
                          self.sizes(), " at index ", start + d);
       if (t->dim() > 0) {  // a 0-dim mask gives no index column
@@ -883,7 +883,7 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
         idx.resize(idx.size() + static_cast<size_t>(t->dim()));
       }
     } else {
-      ACME_CHECK_T(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, op, *t,
+      FL_CHECK_T(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, op, *t,
                    "tensors used as indices must be long, int, byte or bool tensors");
       idx.push_back(*t);
     }
@@ -900,7 +900,7 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
       for (int64_t d = 0; d < b.dim(); ++d) idx[mask_pos[j] + static_cast<size_t>(d)] = nz.select(1, d);
     }
   }
-  ACME_CHECK_INDEX(static_cast<int64_t>(idx.size()) <= self.dim(), op, "too many indices for tensor of dimension ",
+  FL_CHECK_INDEX(static_cast<int64_t>(idx.size()) <= self.dim(), op, "too many indices for tensor of dimension ",
                    self.dim(), " (got ", idx.size(), ")");
   idx.resize(static_cast<size_t>(self.dim()));
   // 2. broadcast the index tensors
@@ -914,7 +914,7 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
       other_dims.push_back(d);
     }
   }
-  ACME_CHECK(!idims.empty(), op, "at least one index tensor is required");
+  FL_CHECK(!idims.empty(), op, "at least one index tensor is required");
   std::vector<int64_t> ishape;
   for (const at::Tensor* t : defined) {
     auto s = t->sizes();
@@ -922,7 +922,7 @@ AdvIndex plan_index(const char* op, const at::Tensor& self, const c10::List<std:
     const size_t off = ishape.size() - s.size();
     for (size_t i = 0; i < s.size(); ++i) {
       int64_t& o = ishape[off + i];
-      ACME_CHECK_INDEX(o == s[i] || o == 1 || s[i] == 1, op, "shape mismatch: indexing tensors could "
+      FL_CHECK_INDEX(o == s[i] || o == 1 || s[i] == 1, op, "shape mismatch: indexing tensors could "
                        "not be broadcast together");
       if (o == 1) o = s[i];
     }
@@ -962,7 +962,7 @@ at::Tensor k_index_Tensor(const at::Tensor& self, const c10::List<std::optional<
   AdvIndex p = plan_index(op, self, indices, keep);
   at::Tensor out = at::empty(p.result_shape, self.options());
   by_elsize(op, self.element_size(), [&](auto tag) {
-    using U = ACME_T(tag);
+    using U = FL_T(tag);
     launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out)] {
       const std::vector<int64_t> mid_off = mid_offsets(op, p);
       const U* s = self.const_data_ptr<U>();
@@ -982,11 +982,11 @@ namespace {
 void index_put_into(const char* op, const at::Tensor& self,
                     const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                     bool accumulate) {
-  ACME_CHECK_T(values.scalar_type() == self.scalar_type(), op, values,
+  FL_CHECK_T(values.scalar_type() == self.scalar_type(), op, values,
                "Index put requires the source and destination dtypes match, got ",
                dtype_name(self.scalar_type()), " for the destination and ",
                dtype_name(values.scalar_type()), " for the source.");
-  ACME_CHECK_T(at::has_internal_overlap(self) != at::MemOverlap::Yes, op, self,
+  FL_CHECK_T(at::has_internal_overlap(self) != at::MemOverlap::Yes, op, self,
                "unsupported operation: some elements of the input tensor and the written-to tensor "
                "refer to a single memory location. Please clone() the tensor before performing the "
                "operation.");
@@ -996,13 +996,13 @@ void index_put_into(const char* op, const at::Tensor& self,
   at::Tensor v = at::empty(p.result_shape, self.options());
   {
     auto bs = broadcast_shape(op, {&v, &values});
-    ACME_CHECK(bs == at::IntArrayRef(p.result_shape), op, "shape mismatch: value tensor of shape ",
+    FL_CHECK(bs == at::IntArrayRef(p.result_shape), op, "shape mismatch: value tensor of shape ",
                values.sizes(), " cannot be broadcast to indexing result of shape ",
                at::IntArrayRef(p.result_shape));
   }
   convert_into(op, v, values);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [op, p, accumulate, self = DeviceTensor(self), v = DeviceTensor(v)] {
       const std::vector<int64_t> mid_off = mid_offsets(op, p);
       T* o = self.data_ptr<T>();

@@ -8,9 +8,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/common.h"
-#include "common/dense.h"
-#include "common/gemm.h"
+#include "kernel_lib/common.h"
+#include "kernel_lib/dense.h"
+#include "math/gemm.h"
 #include "kernels.h"
 
 #include <cmath>
@@ -55,7 +55,7 @@ struct MatSource {
 void check_float_operand(const char* op, const at::Tensor& ref, const at::Tensor& t,
                          const char* arg) {
   nn::check_float(op, t);
-  ACME_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
+  FL_CHECK_T(t.scalar_type() == ref.scalar_type(), op, t, "expected '", arg,
                "' to have the same dtype as the first operand (",
                dtype_name(ref.scalar_type()), ")");
 }
@@ -75,7 +75,7 @@ void matmul_into(const char* op, const at::Tensor& a, const at::Tensor& m2,
   if (out.numel() == 0) return;
   const bool use_bias = bias != nullptr && bias->defined() && beta != 0.0;
   nn::dispatch_compute(op, a, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, B, m, n, shape, use_bias, beta, alpha, a = DeviceTensor(a),
                  m2 = DeviceTensor(m2), out = DeviceTensor(out),
                  bias = use_bias ? DeviceTensor(*bias) : DeviceTensor()] {
@@ -120,49 +120,49 @@ bool matmul_out(const char* op, const at::Tensor& a, const at::Tensor& m2, const
 // to the result, which has `self_max_dim` dims (3 for baddbmm, 2 for addbmm).
 void check_batched_operands(const char* op, const at::Tensor& self, const at::Tensor& batch1,
                             const at::Tensor& batch2, int64_t self_max_dim) {
-  ACME_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
-  ACME_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
+  FL_CHECK_T(batch1.dim() == 3, op, batch1, "batch1 must be a 3-d tensor");
+  FL_CHECK_T(batch2.dim() == 3, op, batch2, "batch2 must be a 3-d tensor");
   check_float_operand(op, batch1, batch1, "batch1");
   check_float_operand(op, batch1, batch2, "batch2");
   check_float_operand(op, batch1, self, "self");
-  ACME_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
+  FL_CHECK(batch1.size(0) == batch2.size(0), op, "batch sizes differ: ", batch1.size(0),
              " vs ", batch2.size(0));
-  ACME_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
+  FL_CHECK(batch1.size(2) == batch2.size(1), op, "shapes cannot be multiplied (",
              batch1.sizes(), " and ", batch2.sizes(), ")");
-  ACME_CHECK(self.dim() <= self_max_dim, op, "self must be at most ", self_max_dim, "-d, got ",
+  FL_CHECK(self.dim() <= self_max_dim, op, "self must be at most ", self_max_dim, "-d, got ",
              self.sizes());
 }
 
 void check_mm(const char* op, const at::Tensor& self, const at::Tensor& mat2) {
-  ACME_CHECK_T(self.dim() == 2, op, self, "self must be a matrix, got ", self.dim(), "-d");
-  ACME_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
+  FL_CHECK_T(self.dim() == 2, op, self, "self must be a matrix, got ", self.dim(), "-d");
+  FL_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, mat2, "mat2");
-  ACME_CHECK(self.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
+  FL_CHECK(self.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
              self.size(0), "x", self.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
 }
 
 void check_bmm(const char* op, const at::Tensor& self, const at::Tensor& mat2) {
-  ACME_CHECK_T(self.dim() == 3, op, self, "batch1 must be a 3-d tensor, got ", self.dim(), "-d");
-  ACME_CHECK_T(mat2.dim() == 3, op, mat2, "batch2 must be a 3-d tensor, got ", mat2.dim(), "-d");
+  FL_CHECK_T(self.dim() == 3, op, self, "batch1 must be a 3-d tensor, got ", self.dim(), "-d");
+  FL_CHECK_T(mat2.dim() == 3, op, mat2, "batch2 must be a 3-d tensor, got ", mat2.dim(), "-d");
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, mat2, "mat2");
-  ACME_CHECK(self.size(0) == mat2.size(0), op, "batch sizes differ: ", self.size(0), " vs ",
+  FL_CHECK(self.size(0) == mat2.size(0), op, "batch sizes differ: ", self.size(0), " vs ",
              mat2.size(0));
-  ACME_CHECK(self.size(2) == mat2.size(1), op, "shapes cannot be multiplied (", self.sizes(),
+  FL_CHECK(self.size(2) == mat2.size(1), op, "shapes cannot be multiplied (", self.sizes(),
              " and ", mat2.sizes(), ")");
 }
 
 void check_addmm(const char* op, const at::Tensor& self, const at::Tensor& mat1,
                  const at::Tensor& mat2) {
-  ACME_CHECK_T(mat1.dim() == 2, op, mat1, "mat1 must be a matrix, got ", mat1.dim(), "-d");
-  ACME_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
+  FL_CHECK_T(mat1.dim() == 2, op, mat1, "mat1 must be a matrix, got ", mat1.dim(), "-d");
+  FL_CHECK_T(mat2.dim() == 2, op, mat2, "mat2 must be a matrix, got ", mat2.dim(), "-d");
   check_float_operand(op, mat1, mat1, "mat1");
   check_float_operand(op, mat1, mat2, "mat2");
   check_float_operand(op, mat1, self, "self");
-  ACME_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
+  FL_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
              mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
-  ACME_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
+  FL_CHECK(self.dim() <= 2, op, "self must be at most 2-d, got ", self.sizes());
 }
 
 }  // namespace
@@ -208,11 +208,11 @@ at::Tensor k_baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at:
 
 at::Tensor k_mv(const at::Tensor& self, const at::Tensor& vec) {
   const char* op = "mv";
-  ACME_CHECK_T(self.dim() == 2, op, self, "self must be a matrix, got ", self.dim(), "-d");
-  ACME_CHECK_T(vec.dim() == 1, op, vec, "vec must be 1-d, got ", vec.dim(), "-d");
+  FL_CHECK_T(self.dim() == 2, op, self, "self must be a matrix, got ", self.dim(), "-d");
+  FL_CHECK_T(vec.dim() == 1, op, vec, "vec must be 1-d, got ", vec.dim(), "-d");
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, vec, "vec");
-  ACME_CHECK(self.size(1) == vec.size(0), op, "size mismatch, got input (", self.size(0),
+  FL_CHECK(self.size(1) == vec.size(0), op, "size mismatch, got input (", self.size(0),
              "x", self.size(1), "), vec (", vec.size(0), ")");
   return matmul_impl(op, self, vec.unsqueeze(1), nullptr, 0.0, 1.0).squeeze(1);
 }
@@ -220,14 +220,14 @@ at::Tensor k_mv(const at::Tensor& self, const at::Tensor& vec) {
 at::Tensor k_addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
                    const at::Scalar& beta, const at::Scalar& alpha) {
   const char* op = "addmv";
-  ACME_CHECK_T(mat.dim() == 2, op, mat, "mat must be a matrix, got ", mat.dim(), "-d");
-  ACME_CHECK_T(vec.dim() == 1, op, vec, "vec must be 1-d, got ", vec.dim(), "-d");
+  FL_CHECK_T(mat.dim() == 2, op, mat, "mat must be a matrix, got ", mat.dim(), "-d");
+  FL_CHECK_T(vec.dim() == 1, op, vec, "vec must be 1-d, got ", vec.dim(), "-d");
   check_float_operand(op, mat, mat, "mat");
   check_float_operand(op, mat, vec, "vec");
   check_float_operand(op, mat, self, "self");
-  ACME_CHECK(mat.size(1) == vec.size(0), op, "size mismatch, got mat (", mat.size(0), "x",
+  FL_CHECK(mat.size(1) == vec.size(0), op, "size mismatch, got mat (", mat.size(0), "x",
              mat.size(1), "), vec (", vec.size(0), ")");
-  ACME_CHECK(self.dim() <= 1, op, "self must be at most 1-d, got ", self.sizes());
+  FL_CHECK(self.dim() <= 1, op, "self must be at most 1-d, got ", self.sizes());
   // self (m) broadcast against the (m, 1) result column.
   const at::Tensor bias = self.dim() == 1 ? self.unsqueeze(1) : self;
   return matmul_impl(op, mat, vec.unsqueeze(1), &bias, beta.to<double>(), alpha.to<double>())
@@ -236,11 +236,11 @@ at::Tensor k_addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tens
 
 at::Tensor k_dot(const at::Tensor& self, const at::Tensor& tensor) {
   const char* op = "dot";
-  ACME_CHECK_T(self.dim() == 1 && tensor.dim() == 1, op, self,
+  FL_CHECK_T(self.dim() == 1 && tensor.dim() == 1, op, self,
                "1D tensors expected, but got ", self.dim(), "D and ", tensor.dim(), "D tensors");
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, tensor, "tensor");
-  ACME_CHECK(self.size(0) == tensor.size(0), op,
+  FL_CHECK(self.size(0) == tensor.size(0), op,
              "inconsistent tensor size, expected tensor [", self.size(0),
              "] and src [", tensor.size(0), "] to have the same number of elements");
   // (1 x k) @ (k x 1) through the same GEMM path, then drop both dims.
@@ -260,18 +260,18 @@ at::Tensor k_vdot(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
                   const at::Scalar& beta, const at::Scalar& alpha) {
   const char* op = "addr";
-  ACME_CHECK_T(vec1.dim() == 1 && vec2.dim() == 1, op, vec1, "vec1 and vec2 must be 1-d, got ",
+  FL_CHECK_T(vec1.dim() == 1 && vec2.dim() == 1, op, vec1, "vec1 and vec2 must be 1-d, got ",
                vec1.dim(), "-d and ", vec2.dim(), "-d");
   const int64_t m = vec1.size(0), n = vec2.size(0);
-  ACME_CHECK_T(self.dim() <= 2 &&
+  FL_CHECK_T(self.dim() <= 2 &&
                    (self.dim() < 1 || self.size(-1) == n || self.size(-1) == 1) &&
                    (self.dim() < 2 || self.size(0) == m || self.size(0) == 1),
                op, self, "self of shape ", self.sizes(), " does not broadcast to [", m, ", ", n, "]");
   const auto compute = promote({&self, &vec1, &vec2});
   if (c10::isIntegralType(compute, /*includeBool=*/false)) {
-    ACME_CHECK(!beta.isFloatingPoint(), op,
+    FL_CHECK(!beta.isFloatingPoint(), op,
                "For integral input tensors, argument beta must not be a floating point number.");
-    ACME_CHECK(!alpha.isFloatingPoint(), op,
+    FL_CHECK(!alpha.isFloatingPoint(), op,
                "For integral input tensors, argument alpha must not be a floating point number.");
   }
   const at::Tensor s = cast(op, self, compute);
@@ -289,7 +289,7 @@ at::Tensor k_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
   it.add(b);
   it.build();
   dispatch<kAll>(op, out.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     if constexpr (std::is_same_v<T, bool>) {
       const bool bt = beta.to<bool>(), al = alpha.to<bool>();
       launch(out, [it, bt, al] {
@@ -321,7 +321,7 @@ at::Tensor k_addbmm(const at::Tensor& self, const at::Tensor& batch1, const at::
   at::Tensor out = at::empty({m, n}, batch1.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, batch1, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, B, m, n, a, b, self = DeviceTensor(self),
                  batch1 = DeviceTensor(batch1), batch2 = DeviceTensor(batch2),
                  out = DeviceTensor(out)] {
@@ -348,18 +348,18 @@ at::Tensor k__addmm_activation(const at::Tensor& self, const at::Tensor& mat1,
                                const at::Tensor& mat2, const at::Scalar& beta,
                                const at::Scalar& alpha, bool use_gelu) {
   const char* op = "_addmm_activation";
-  ACME_CHECK_T(mat1.dim() == 2 && mat2.dim() == 2, op, mat1, "mat1 and mat2 must be matrices");
+  FL_CHECK_T(mat1.dim() == 2 && mat2.dim() == 2, op, mat1, "mat1 and mat2 must be matrices");
   check_float_operand(op, mat1, mat1, "mat1");
   check_float_operand(op, mat1, mat2, "mat2");
   check_float_operand(op, mat1, self, "self");
-  ACME_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
+  FL_CHECK(mat1.size(1) == mat2.size(0), op, "mat1 and mat2 shapes cannot be multiplied (",
              mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
   const int64_t m = mat1.size(0), n = mat2.size(1);
   const double b = beta.to<double>(), a = alpha.to<double>();
   at::Tensor out = at::empty({m, n}, mat1.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, mat1, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, m, n, a, b, use_gelu, self = DeviceTensor(self),
                  mat1 = DeviceTensor(mat1), mat2 = DeviceTensor(mat2),
                  out = DeviceTensor(out)] {
@@ -385,19 +385,19 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
   const char* op = "linalg_cross";
   check_float_operand(op, self, self, "self");
   check_float_operand(op, self, other, "other");
-  ACME_CHECK(self.dim() == other.dim(), op, "inputs must have the same number of dimensions, got ",
+  FL_CHECK(self.dim() == other.dim(), op, "inputs must have the same number of dimensions, got ",
              self.dim(), " and ", other.dim());
   const int64_t nd = self.dim();
-  ACME_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for ", nd, "-d inputs");
+  FL_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for ", nd, "-d inputs");
   if (dim < 0) dim += nd;
   std::vector<int64_t> shape(static_cast<size_t>(nd));
   for (int64_t d = 0; d < nd; ++d) {
     const int64_t x = self.size(d), y = other.size(d);
-    ACME_CHECK(x == y || x == 1 || y == 1, op, "shapes ", self.sizes(), " and ", other.sizes(),
+    FL_CHECK(x == y || x == 1 || y == 1, op, "shapes ", self.sizes(), " and ", other.sizes(),
                " do not broadcast");
     shape[d] = x == 1 ? y : x;
   }
-  ACME_CHECK(self.size(dim) == 3 && other.size(dim) == 3, op,
+  FL_CHECK(self.size(dim) == 3 && other.size(dim) == 3, op,
              "inputs dimension ", dim, " must have length 3, got ", self.size(dim), " and ",
              other.size(dim));
   at::Tensor out = at::empty(shape, self.options());
@@ -406,7 +406,7 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
   for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
   for (int64_t d = dim + 1; d < nd; ++d) inner *= shape[d];
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, shape, outer, inner, self = DeviceTensor(self),
                  other = DeviceTensor(other), out = DeviceTensor(out)] {
     auto a = nn::load<Acc>(op, self, shape);

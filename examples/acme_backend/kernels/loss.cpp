@@ -8,11 +8,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/alloc.h"
-#include "common/args.h"
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/iter.h"
+#include "kernel_lib/alloc.h"
+#include "kernel_lib/args.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "kernel_lib/iter.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -29,7 +29,7 @@ namespace {
 enum Red : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
 void check_reduction(const char* op, int64_t reduction) {
-  ACME_CHECK(reduction >= kNone && reduction <= kSum, op, "reduction must be 0 (none), 1 (mean) ",
+  FL_CHECK(reduction >= kNone && reduction <= kSum, op, "reduction must be 0 (none), 1 (mean) ",
              "or 2 (sum), got ", reduction);
 }
 
@@ -40,7 +40,7 @@ struct Longs {
   const int64_t* p = nullptr;
 };
 at::Tensor long_input(const char* op, const at::Tensor& t, const char* arg) {
-  ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, arg, " must be int64");
+  FL_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, arg, " must be int64");
   return t.is_contiguous() ? t : t.contiguous();
 }
 Longs load_long(const DeviceTensor& t) {
@@ -88,7 +88,7 @@ at::Tensor elementwise_loss(const char* op, const at::Tensor& self, const at::Te
   const int64_t n = nn::shape_numel(shape);
   if (reduction == kNone && n == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // the reduced value is written into the 0-dim `out` on the device: no host wait
     launch(out, [op, reduction, shape, n, f, self = DeviceTensor(self),
                  target = DeviceTensor(target), weight = DeviceTensor(weight),
@@ -134,7 +134,7 @@ at::Tensor elementwise_loss_backward(const char* op, const at::Tensor& grad_outp
   check_loadable(target, shape);
   check_loadable(grad_output, shape);
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gi, [op, reduction, shape, n, df, grad_output = DeviceTensor(grad_output),
                 self = DeviceTensor(self), target = DeviceTensor(target),
                 weight = DeviceTensor(weight), gi = DeviceTensor(gi)] {
@@ -191,21 +191,21 @@ struct NllShape {
 
 NllShape nll_shape(const char* op, const at::Tensor& self, const at::Tensor& target, bool two_d) {
   if (two_d) {
-    ACME_CHECK_T(self.dim() == 4, op, self, "expected 4-d input (N, C, H, W), got ", self.sizes());
-    ACME_CHECK_T(target.dim() == 3 && target.size(0) == self.size(0) &&
+    FL_CHECK_T(self.dim() == 4, op, self, "expected 4-d input (N, C, H, W), got ", self.sizes());
+    FL_CHECK_T(target.dim() == 3 && target.size(0) == self.size(0) &&
                      target.size(1) == self.size(2) && target.size(2) == self.size(3),
                  op, target, "expected target of shape (N, H, W) = (", self.size(0), ", ",
                  self.size(2), ", ", self.size(3), "), got ", target.sizes());
     return {self.size(0), self.size(1), self.size(2) * self.size(3)};
   }
-  ACME_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "expected 1-d or 2-d input, got ",
+  FL_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "expected 1-d or 2-d input, got ",
                self.sizes());
   if (self.dim() == 1) {
-    ACME_CHECK_T(target.dim() <= 1 && target.numel() == 1, op, target,
+    FL_CHECK_T(target.dim() <= 1 && target.numel() == 1, op, target,
                  "expected a 0-d or single-element target for 1-d input, got ", target.sizes());
     return {1, self.size(0), 1};
   }
-  ACME_CHECK_T(target.dim() == 1 && target.size(0) == self.size(0), op, target,
+  FL_CHECK_T(target.dim() == 1 && target.size(0) == self.size(0), op, target,
                "expected target of shape (", self.size(0), "), got ", target.sizes());
   return {self.size(0), self.size(1), 1};
 }
@@ -219,7 +219,7 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
   check_reduction(op, reduction);
   const NllShape sh = nll_shape(op, self, target, two_d);
   if (weight.defined())
-    ACME_CHECK_T(weight.numel() == sh.C, op, weight, "weight must have ", sh.C,
+    FL_CHECK_T(weight.numel() == sh.C, op, weight, "weight must have ", sh.C,
                  " elements (one per class), got ", weight.sizes());
   at::Tensor out;
   if (reduction == kNone) {
@@ -233,7 +233,7 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
   const at::Tensor target_c = long_input(op, target, "target");
   check_loadable(weight, {sh.C});
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // the loss and total_weight are written on the device: no host wait
     launch(out, [op, sh, reduction, ignore_index, two_d, self = DeviceTensor(self),
                  target = DeviceTensor(target_c), weight = DeviceTensor(weight),
@@ -248,7 +248,7 @@ std::tuple<at::Tensor, at::Tensor> nll_forward(const char* op, const at::Tensor&
         for (int64_t s = 0; s < sh.S; ++s) {
           const int64_t cls = t.p[n * sh.S + s];
           if (cls == ignore_index) continue;
-          ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+          FL_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
           const Acc wc = w.data() ? w.data()[cls] : Acc(1);
           const Acc v = -x.data()[(n * sh.C + cls) * sh.S + s] * wc;
           per[n * sh.S + s] = v;
@@ -279,10 +279,10 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
   check_reduction(op, reduction);
   const NllShape sh = nll_shape(op, self, target, two_d);
   if (reduction == kNone) {
-    ACME_CHECK_T(grad_output.numel() == sh.N * sh.S, op, grad_output,
+    FL_CHECK_T(grad_output.numel() == sh.N * sh.S, op, grad_output,
                  "grad_output must have one element per target, got ", grad_output.sizes());
   } else {
-    ACME_CHECK_T(grad_output.numel() == 1, op, grad_output,
+    FL_CHECK_T(grad_output.numel() == 1, op, grad_output,
                  "grad_output must have a single element, got ", grad_output.sizes());
   }
   at::Tensor gi = at::empty(self.sizes(), self.options());
@@ -290,7 +290,7 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
   const at::Tensor target_c = long_input(op, target, "target");
   check_loadable(weight, {sh.C});
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // total_weight is read by the device part (only for the mean): no host wait
     launch(gi, [op, sh, reduction, ignore_index, target = DeviceTensor(target_c),
                 grad_output = DeviceTensor(grad_output), weight = DeviceTensor(weight),
@@ -312,7 +312,7 @@ at::Tensor nll_backward(const char* op, const at::Tensor& grad_output, const at:
         for (int64_t s = 0; s < sh.S; ++s) {
           const int64_t cls = t.p[n * sh.S + s];
           if (cls == ignore_index) continue;
-          ACME_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
+          FL_CHECK_INDEX(cls >= 0 && cls < sh.C, op, "Target ", cls, " is out of bounds.");
           const Acc wc = w.data() ? w.data()[cls] : Acc(1);
           const Acc gv = reduction == kNone ? g.data()[n * sh.S + s] : g.data()[0];
           ob.data()[(n * sh.C + cls) * sh.S + s] = -wc * gv * scale;
@@ -372,7 +372,7 @@ at::Tensor k_mse_loss_backward(const at::Tensor& grad_output, const at::Tensor& 
 at::Tensor k_smooth_l1_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                             double beta) {
   const char* op = "smooth_l1_loss";
-  ACME_CHECK(beta >= 0, op, "beta must be non-negative, got ", beta);
+  FL_CHECK(beta >= 0, op, "beta must be non-negative, got ", beta);
   return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
                           [beta](auto x, auto y, auto) {
                             using Acc = decltype(x);
@@ -394,7 +394,7 @@ at::Tensor k_smooth_l1_loss_backward(const at::Tensor& grad_output, const at::Te
 at::Tensor k_huber_loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                         double delta) {
   const char* op = "huber_loss";
-  ACME_CHECK(delta > 0, op, "delta must be positive, got ", delta);
+  FL_CHECK(delta > 0, op, "delta must be positive, got ", delta);
   return elementwise_loss(op, self, target, reduction, loss_shape(op, self, target),
                           [delta](auto x, auto y, auto) {
                             using Acc = decltype(x);
@@ -433,7 +433,7 @@ at::Tensor k_soft_margin_loss_backward(const at::Tensor& grad_output, const at::
 at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& target,
                                   const ::std::optional<at::Tensor>& weight, int64_t reduction) {
   const char* op = "binary_cross_entropy";
-  ACME_CHECK_T(self.sizes().equals(target.sizes()), op, target, "target shape ", target.sizes(),
+  FL_CHECK_T(self.sizes().equals(target.sizes()), op, target, "target shape ", target.sizes(),
                " differs from input shape ", self.sizes());
   // log terms clamped at -100 as PyTorch does, so x = 0 or 1 stays finite; the
   // range check reads the data, so it runs in the device part (reported at the
@@ -441,7 +441,7 @@ at::Tensor k_binary_cross_entropy(const at::Tensor& self, const at::Tensor& targ
   return elementwise_loss(op, self, target, reduction, self.sizes().vec(),
                           [op](auto x, auto y, auto) {
                             using Acc = decltype(x);
-                            ACME_CHECK(x >= Acc(0) && x <= Acc(1), op,
+                            FL_CHECK(x >= Acc(0) && x <= Acc(1), op,
                                        "all elements of input should be between 0 and 1");
                             const Acc lx = std::max(std::log(x), Acc(-100));
                             const Acc l1x = std::max(std::log1p(-x), Acc(-100));
@@ -493,20 +493,20 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
   nn::check_float(op, weight);
   check_reduction(op, reduction);
   const int64_t pv = p.to<int64_t>();
-  ACME_CHECK(pv == 1 || pv == 2, op, "only p == 1 and p == 2 supported, got ", pv);
-  ACME_CHECK_T(self.dim() <= 2 && self.numel() > 0, op, self,
+  FL_CHECK(pv == 1 || pv == 2, op, "only p == 1 and p == 2 supported, got ", pv);
+  FL_CHECK_T(self.dim() <= 2 && self.numel() > 0, op, self,
                "expected non-empty 1-d or 2-d input, got ", self.sizes());
   const int64_t N = self.dim() == 2 ? self.size(0) : 1;
   const int64_t C = self.dim() == 0 ? 1 : self.size(-1);
-  ACME_CHECK_T(target.numel() == N, op, target, "expected ", N, " targets, got ", target.sizes());
+  FL_CHECK_T(target.numel() == N, op, target, "expected ", N, " targets, got ", target.sizes());
   if (weight.defined())
-    ACME_CHECK_T(weight.numel() == C, op, weight, "weight must have ", C, " elements");
+    FL_CHECK_T(weight.numel() == C, op, weight, "weight must have ", C, " elements");
   at::Tensor out = reduction == kNone && self.dim() == 2 ? at::empty({N}, self.options())
                                                          : at::empty({}, self.options());
   const at::Tensor target_c = long_input(op, target, "target");
   check_loadable(weight, {C});
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const Acc mg = margin.to<Acc>();
     // the loss (0-dim when reduced) is written on the device: no host wait
     launch(out, [op, N, C, pv, mg, reduction, self = DeviceTensor(self),
@@ -519,7 +519,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
       std::vector<Acc> per(static_cast<size_t>(N));
       for (int64_t n = 0; n < N; ++n) {
         const int64_t y = t.p[n];
-        ACME_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
+        FL_CHECK_INDEX(y >= 0 && y < C, op, "target ", y, " out of range [0, ", C, ")");
         const Acc* row = x.data() + n * C;
         double s = 0;
         for (int64_t c = 0; c < C; ++c) {
@@ -544,8 +544,8 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
   const char* op = "multilabel_margin_loss_forward";
   nn::check_float(op, self);
   check_reduction(op, reduction);
-  ACME_CHECK_T(self.dim() <= 2, op, self, "expected 0-d, 1-d or 2-d input, got ", self.sizes());
-  ACME_CHECK_T(target.sizes().equals(self.sizes()), op, target, "target shape ", target.sizes(),
+  FL_CHECK_T(self.dim() <= 2, op, self, "expected 0-d, 1-d or 2-d input, got ", self.sizes());
+  FL_CHECK_T(target.sizes().equals(self.sizes()), op, target, "target shape ", target.sizes(),
                " differs from input shape ", self.sizes());
   const int64_t N = self.dim() == 2 ? self.size(0) : 1;
   const int64_t C = self.dim() == 0 ? 1 : self.size(-1);
@@ -554,7 +554,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
   at::Tensor is_target = at::empty(self.sizes(), self.options());
   const at::Tensor target_c = long_input(op, target, "target");
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // the loss (0-dim when reduced) and is_target are written on the device: no host wait
     launch(out, [op, N, C, reduction, self = DeviceTensor(self),
                  target = DeviceTensor(target_c), out = DeviceTensor(out),
@@ -569,7 +569,7 @@ at::Tensor k_multi_margin_loss(const at::Tensor& self, const at::Tensor& target,
         // targets are the labels before the first -1
         int64_t nt = 0;
         for (; nt < C && tr[nt] >= 0; ++nt) {
-          ACME_CHECK_INDEX(tr[nt] < C, op, "target ", tr[nt], " out of range [0, ", C, ")");
+          FL_CHECK_INDEX(tr[nt] < C, op, "target ", tr[nt], " out of range [0, ", C, ")");
           is[tr[nt]] = Acc(1);
         }
         const Acc* row = x.data() + n * C;

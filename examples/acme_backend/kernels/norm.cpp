@@ -12,10 +12,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/args.h"
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/nn_math.h"
+#include "kernel_lib/args.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "math/nn_math.h"
 #include "kernels.h"
 
 #include <array>
@@ -48,7 +48,7 @@ c10::ScalarType stat_dtype(const at::Tensor& input, std::initializer_list<const 
 // hands it to the device part as C elements (undefined stays undefined).
 DeviceTensor chan(const char* op, const at::Tensor& t, int64_t C, const char* arg) {
   if (!t.defined()) return {};
-  ACME_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
+  FL_CHECK_T(t.numel() == C, op, t, "expected ", arg, " with ", C, " elements, got ",
                t.sizes());
   return DeviceTensor(t.reshape({C}));
 }
@@ -66,7 +66,7 @@ struct BNShape {
   int64_t N, C, S;
 };
 BNShape bn_shape(const char* op, const at::Tensor& input) {
-  ACME_CHECK_T(input.dim() >= 2, op, input, "expected at least 2-d input (N, C, ...), got ",
+  FL_CHECK_T(input.dim() >= 2, op, input, "expected at least 2-d input (N, C, ...), got ",
                input.sizes());
   BNShape s{input.size(0), input.size(1), 1};
   for (int64_t d = 2; d < input.dim(); ++d) s.S *= input.size(d);
@@ -83,7 +83,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   nn::check_float(op, running_mean);
   nn::check_float(op, running_var);
   const BNShape sh = bn_shape(op, input);
-  ACME_CHECK_T(training || (running_mean.defined() && running_var.defined()), op, input,
+  FL_CHECK_T(training || (running_mean.defined() && running_var.defined()), op, input,
                "running_mean and running_var must be defined in evaluation mode");
   const auto sdt = stat_dtype(input, {&weight, &bias, &running_mean, &running_var});
   at::Tensor out = at::empty(input.sizes(), input.options());
@@ -94,7 +94,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   auto rmd = chan(op, running_mean, C, "running_mean");
   auto rvd = chan(op, running_var, C, "running_var");
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, sh, training, momentum, eps, wd, bd, rmd, rvd,
                  input = DeviceTensor(input), out = DeviceTensor(out),
                  save_mean = DeviceTensor(save_mean),
@@ -199,13 +199,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   nn::check_float(op, grad_out);
   nn::check_float(op, weight);
   const BNShape sh = bn_shape(op, input);
-  ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
+  FL_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
                grad_out.sizes(), ", expected ", input.sizes());
   if (train) {
-    ACME_CHECK(save_mean.defined() && save_invstd.defined(), op,
+    FL_CHECK(save_mean.defined() && save_invstd.defined(), op,
                "save_mean and save_invstd must be defined in training mode");
   } else {
-    ACME_CHECK(running_mean.defined() && running_var.defined(), op,
+    FL_CHECK(running_mean.defined() && running_var.defined(), op,
                "running_mean and running_var must be defined in evaluation mode");
   }
   const auto sdt = stat_dtype(input, {&weight, &running_mean, &running_var});
@@ -220,7 +220,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(
   auto vd = train ? chan(op, save_invstd, C, "save_invstd") : chan(op, running_var, C, "running_var");
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(on, [op, sh, train, eps, wd, md, vd, input = DeviceTensor(input),
                 grad_out = DeviceTensor(grad_out), gi = DeviceTensor(gi),
                 gw = DeviceTensor(gw), gb = DeviceTensor(gb)] {
@@ -296,8 +296,8 @@ struct LNShape {
 };
 LNShape ln_shape(const char* op, const at::Tensor& input, at::IntArrayRef normalized_shape) {
   const int64_t nd = static_cast<int64_t>(normalized_shape.size());
-  ACME_CHECK(nd >= 1, op, "normalized_shape must have at least one dimension");
-  ACME_CHECK_T(input.dim() >= nd &&
+  FL_CHECK(nd >= 1, op, "normalized_shape must have at least one dimension");
+  FL_CHECK_T(input.dim() >= nd &&
                    input.sizes().slice(input.dim() - nd).equals(normalized_shape),
                op, input, "input shape ", input.sizes(),
                " does not end with normalized_shape ", normalized_shape);
@@ -325,10 +325,10 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   nn::check_float(op, bias);
   const LNShape sh = ln_shape(op, input, normalized_shape);
   if (weight.defined())
-    ACME_CHECK_T(weight.sizes().equals(normalized_shape), op, weight, "weight shape ",
+    FL_CHECK_T(weight.sizes().equals(normalized_shape), op, weight, "weight shape ",
                  weight.sizes(), " differs from normalized_shape ", normalized_shape);
   if (bias.defined())
-    ACME_CHECK_T(bias.sizes().equals(normalized_shape), op, bias, "bias shape ", bias.sizes(),
+    FL_CHECK_T(bias.sizes().equals(normalized_shape), op, bias, "bias shape ", bias.sizes(),
                  " differs from normalized_shape ", normalized_shape);
   const auto sdt = stat_dtype(input, {&weight, &bias});
   at::Tensor out = at::empty(input.sizes(), input.options());
@@ -337,7 +337,7 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   at::Tensor rstd = at::empty(ss, input.options().dtype(sdt));
   if (sh.M == 0) return {out, mean, rstd};
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, sh, eps, input = DeviceTensor(input), weight = DeviceTensor(weight),
                  bias = DeviceTensor(bias), out = DeviceTensor(out),
                  mean = DeviceTensor(mean), rstd = DeviceTensor(rstd)] {
@@ -391,9 +391,9 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   nn::check_float(op, rstd);
   nn::check_float(op, weight);
   const LNShape sh = ln_shape(op, input, normalized_shape);
-  ACME_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
+  FL_CHECK_T(grad_out.sizes().equals(input.sizes()), op, grad_out, "grad_out has shape ",
                grad_out.sizes(), ", expected ", input.sizes());
-  ACME_CHECK_T(mean.numel() == sh.M && rstd.numel() == sh.M, op, mean, "mean and rstd must have ",
+  FL_CHECK_T(mean.numel() == sh.M && rstd.numel() == sh.M, op, mean, "mean and rstd must have ",
                sh.M, " elements, got ", mean.numel(), " and ", rstd.numel());
   at::Tensor gi, gw, gb;
   if (output_mask[0]) gi = at::empty(input.sizes(), input.options());
@@ -402,7 +402,7 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
   if (sh.M == 0 && !gw.defined() && !gb.defined()) return {gi, gw, gb};
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(on, [op, sh, input = DeviceTensor(input), grad_out = DeviceTensor(grad_out),
                 mean = DeviceTensor(mean), rstd = DeviceTensor(rstd),
                 weight = DeviceTensor(weight), gi = DeviceTensor(gi),
@@ -454,8 +454,8 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
 namespace {
 void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_t C, int64_t HxW,
                       int64_t group) {
-  ACME_CHECK(group > 0 && C % group == 0, op, "C = ", C, " must be divisible by group = ", group);
-  ACME_CHECK_T(input.numel() == N * C * HxW, op, input, "input has ", input.numel(),
+  FL_CHECK(group > 0 && C % group == 0, op, "C = ", C, " must be divisible by group = ", group);
+  FL_CHECK_T(input.numel() == N * C * HxW, op, input, "input has ", input.numel(),
                " elements, expected N * C * HxW = ", N, " * ", C, " * ", HxW);
 }
 }  // namespace
@@ -478,7 +478,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   if (N == 0) return {out, mean, rstd};
   auto wd = chan(op, weight, C, "weight"), bd = chan(op, bias, C, "bias");
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(mean, [op, N, C, HxW, group, eps, wd, bd, input = DeviceTensor(input),
                   out = DeviceTensor(out), mean = DeviceTensor(mean),
                   rstd = DeviceTensor(rstd)] {
@@ -528,8 +528,8 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   nn::check_float(op, rstd);
   nn::check_float(op, weight);
   check_group_args(op, input, N, C, HxW, group);
-  ACME_CHECK_T(grad_out.numel() == input.numel(), op, grad_out, "grad_out must match input");
-  ACME_CHECK_T(mean.numel() == N * group && rstd.numel() == N * group, op, mean,
+  FL_CHECK_T(grad_out.numel() == input.numel(), op, grad_out, "grad_out must match input");
+  FL_CHECK_T(mean.numel() == N * group && rstd.numel() == N * group, op, mean,
                "mean and rstd must have N * group = ", N * group, " elements");
   const auto sdt = stat_dtype(input, {&weight});
   const auto popts = weight.defined() ? weight.options() : input.options().dtype(sdt);
@@ -540,7 +540,7 @@ void check_group_args(const char* op, const at::Tensor& input, int64_t N, int64_
   auto wd = chan(op, weight, C, "weight");
   const at::Tensor& on = input;
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(on, [op, N, C, HxW, group, wd, input = DeviceTensor(input),
                 grad_out = DeviceTensor(grad_out), mean = DeviceTensor(mean),
                 rstd = DeviceTensor(rstd), gi = DeviceTensor(gi),
@@ -608,10 +608,10 @@ at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
   const char* op = "renorm";
   nn::check_float(op, self);
   const double pv = p.to<double>(), mx = maxnorm.to<double>();
-  ACME_CHECK(pv > 0, op, "non-positive norm not supported, got p = ", pv);
-  ACME_CHECK(mx >= 0, op, "maxnorm must be non-negative, got ", mx);
+  FL_CHECK(pv > 0, op, "non-positive norm not supported, got p = ", pv);
+  FL_CHECK(mx >= 0, op, "maxnorm must be non-negative, got ", mx);
   const int64_t nd = std::max<int64_t>(self.dim(), 1);
-  ACME_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for a ", self.dim(),
+  FL_CHECK(dim >= -nd && dim < nd, op, "dim ", dim, " out of range for a ", self.dim(),
              "-d tensor");
   if (dim < 0) dim += nd;
   at::Tensor out = at::empty(self.sizes(), self.options());
@@ -623,7 +623,7 @@ at::Tensor k_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim,
     for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
   }
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, pv, mx, outer, S, inner, self = DeviceTensor(self),
                  out = DeviceTensor(out)] {
     auto x = nn::load<Acc>(op, self);

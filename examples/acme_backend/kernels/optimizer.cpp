@@ -2,7 +2,7 @@
 // path (each applies acme's pointwise kernel to every tensor of the list),
 // the fused SGD / AdamW steps (one pass over each parameter), and AMP's
 // non-finite check + unscale.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -16,7 +16,7 @@ using namespace acme::common;
 
 namespace {
 void check_lists(const char* op, size_t n, size_t m, const char* what) {
-  ACME_CHECK(n == m, op, "Tensor lists must have the same number of tensors, got ", n, " and ", m,
+  FL_CHECK(n == m, op, "Tensor lists must have the same number of tensors, got ", n, " and ", m,
              " (", what, ")");
 }
 
@@ -39,7 +39,7 @@ std::vector<at::Tensor> k__foreach_add_Scalar(at::TensorList self, const at::Sca
 }
 
 std::vector<at::Tensor> k__foreach_add_Tensor(at::TensorList self, const at::Tensor& other, const at::Scalar& alpha) {
-  ACME_CHECK_T(other.dim() == 0 && other.numel() == 1, "_foreach_add.Tensor", other,
+  FL_CHECK_T(other.dim() == 0 && other.numel() == 1, "_foreach_add.Tensor", other,
                "scalar tensor expected to be 0 dim but it has ", other.dim(), " dimensions and ",
                other.numel(), " elements.");
   return each(self, [&](size_t i) { return k_add_Tensor(self[i], other, alpha); });
@@ -60,7 +60,7 @@ std::vector<at::Tensor> k__foreach_mul_List(at::TensorList self, at::TensorList 
 }
 
 std::vector<at::Tensor> k__foreach_mul_Tensor(at::TensorList self, const at::Tensor& other) {
-  ACME_CHECK_T(other.dim() == 0 && other.numel() == 1, "_foreach_mul.Tensor", other,
+  FL_CHECK_T(other.dim() == 0 && other.numel() == 1, "_foreach_mul.Tensor", other,
                "scalar tensor expected to be 0 dim but it has ", other.dim(), " dimensions and ",
                other.numel(), " elements.");
   return each(self, [&](size_t i) { return k_mul_Tensor(self[i], other); });
@@ -122,7 +122,7 @@ std::vector<at::Tensor> k__foreach_zero(at::TensorList self) {
     at::Tensor z = at::empty(self[i].sizes(), self[i].options());
     if (z.numel() == 0) return z;
     dispatch<kAll>("_foreach_zero", z.device(), z.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
+      using T = FL_T(tag);
       launch(z, [addr = z.data_ptr(), n = z.numel()] {
         T* p = static_cast<T*>(device_view(addr));
         for (int64_t k = 0; k < n; ++k) p[k] = cvt<T>(0);
@@ -141,7 +141,7 @@ double value_of(const DeviceTensor& t, double fallback) {
   if (!t.defined()) return fallback;
   double v = fallback;
   dispatch<kAll>("value_of", t.device(), t.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     v = static_cast<double>(cvt<double>(*t.const_data_ptr<T>()));
   });
   return v;
@@ -149,7 +149,7 @@ double value_of(const DeviceTensor& t, double fallback) {
 
 void check_one_element(const char* op, const std::optional<at::Tensor>& t, const char* what) {
   if (t.has_value() && t->defined())
-    ACME_CHECK_T(t->numel() == 1, op, *t, what, " must have one element, got shape ", t->sizes());
+    FL_CHECK_T(t->numel() == 1, op, *t, what, " must have one element, got shape ", t->sizes());
 }
 }  // namespace
 
@@ -167,7 +167,7 @@ void k__fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList mom
   for (size_t i = 0; i < self.size(); ++i) {
     const at::Tensor& p = self[i];
     const at::Tensor& g = grads[i];
-    ACME_CHECK_T(g.sizes() == p.sizes() && g.scalar_type() == p.scalar_type(), op, g,
+    FL_CHECK_T(g.sizes() == p.sizes() && g.scalar_type() == p.scalar_type(), op, g,
                  "grad must match its parameter in shape and dtype");
     StridedIter it(p.sizes());
     it.add(p);
@@ -176,7 +176,7 @@ void k__fused_sgd_(at::TensorList self, at::TensorList grads, at::TensorList mom
     it.build();
     if (p.numel() == 0) continue;
     dispatch<kFloating>(op, p.device(), p.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
+      using T = FL_T(tag);
       using M = opmath_t<T>;
       launch(p, [it, found, scale, use_buf, weight_decay, momentum, lr, dampening, nesterov,
                  maximize, is_first_step] {
@@ -225,9 +225,9 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
   const DeviceTensor found(found_inf), scale(grad_scale);
   for (size_t i = 0; i < self.size(); ++i) {
     const at::Tensor& p = self[i];
-    ACME_CHECK_T(grads[i].sizes() == p.sizes() && grads[i].scalar_type() == p.scalar_type(), op, grads[i],
+    FL_CHECK_T(grads[i].sizes() == p.sizes() && grads[i].scalar_type() == p.scalar_type(), op, grads[i],
                  "grad must match its parameter in shape and dtype");
-    ACME_CHECK_T(state_steps[i].numel() == 1, op, state_steps[i], "a step count must have one element");
+    FL_CHECK_T(state_steps[i].numel() == 1, op, state_steps[i], "a step count must have one element");
     const DeviceTensor step_count(state_steps[i]);
     StridedIter it(p.sizes());
     it.add(p);
@@ -238,7 +238,7 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
     it.build();
     if (p.numel() == 0) continue;
     dispatch<kFloating>(op, p.device(), p.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
+      using T = FL_T(tag);
       using M = opmath_t<T>;
       launch(p, [it, found, scale, step_count, lr, beta1, beta2, weight_decay, eps, amsgrad,
                  maximize] {
@@ -287,9 +287,9 @@ void k__fused_adamw_(at::TensorList self, at::TensorList grads, at::TensorList e
 void k__amp_foreach_non_finite_check_and_unscale_(at::TensorList self, at::Tensor& found_inf,
                                                   const at::Tensor& inv_scale) {
   const char* op = "_amp_foreach_non_finite_check_and_unscale_";
-  ACME_CHECK_T(found_inf.numel() == 1 && found_inf.scalar_type() == at::kFloat, op, found_inf,
+  FL_CHECK_T(found_inf.numel() == 1 && found_inf.scalar_type() == at::kFloat, op, found_inf,
                "found_inf must be a 1-element float32 tensor");
-  ACME_CHECK_T(inv_scale.numel() == 1 && inv_scale.scalar_type() == at::kFloat, op, inv_scale,
+  FL_CHECK_T(inv_scale.numel() == 1 && inv_scale.scalar_type() == at::kFloat, op, inv_scale,
                "inv_scale must be a 1-element float32 tensor");
   // Read and written where they live: the host never waits (as CUDA's kernel).
   const DeviceTensor inv_dev(inv_scale), found_dev(found_inf);
@@ -299,7 +299,7 @@ void k__amp_foreach_non_finite_check_and_unscale_(at::TensorList self, at::Tenso
     it.add(t);
     it.build();
     dispatch<kFloating>(op, t.device(), t.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
+      using T = FL_T(tag);
       using M = opmath_t<T>;
       launch(t, [it, inv_dev, found_dev] {
         const float inv = *inv_dev.const_data_ptr<float>();

@@ -1,6 +1,6 @@
 // acme ternary / parameterized pointwise kernels: where, addcmul, addcdiv,
 // lerp, clamp, nan_to_num.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -12,7 +12,7 @@ using namespace acme::common;
 
 at::Tensor k_where_self(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
   const char* op = "where.self";
-  ACME_CHECK_T(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte, op,
+  FL_CHECK_T(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte, op,
                condition, "where expected condition to be a boolean tensor");
   const auto compute = promote({&self, &other});
   auto shape = broadcast_shape(op, {&condition, &self, &other});
@@ -28,7 +28,7 @@ at::Tensor k_where_self(const at::Tensor& condition, const at::Tensor& self, con
   it.build();
   if (out.numel() == 0) return out;
   dispatch<kAll>(op, out.device(), compute, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [it] { map3<T, bool, T, T>(it, [](bool c, T x, T y) { return c ? x : y; }); });
   });
   return out;
@@ -41,7 +41,7 @@ at::ScalarType addcmul_compute(const char* op, const at::Tensor& self, const at:
                                const at::Tensor& tensor2, const at::Scalar& value) {
   const auto compute = promote({&self, &tensor1, &tensor2});
   if (c10::isIntegralType(compute, true)) {
-    ACME_CHECK(!value.isFloatingPoint(), op,
+    FL_CHECK(!value.isFloatingPoint(), op,
                "for integer inputs, value must be an integer (dtype ", dtype_name(compute), ")");
   }
   return compute;
@@ -49,7 +49,7 @@ at::ScalarType addcmul_compute(const char* op, const at::Tensor& self, const at:
 
 auto addcmul_body(const at::Scalar& value) {
   return [&value](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M v = value.to<M>();
     return [v](M s, M a, M b) -> M { return s + v * a * b; };
   };
@@ -57,7 +57,7 @@ auto addcmul_body(const at::Scalar& value) {
 
 at::ScalarType addcdiv_compute(const char* op, const at::Tensor& self, const at::Tensor& tensor1,
                                const at::Tensor& tensor2) {
-  ACME_CHECK(!c10::isIntegralType(tensor1.scalar_type(), true) ||
+  FL_CHECK(!c10::isIntegralType(tensor1.scalar_type(), true) ||
                  !c10::isIntegralType(tensor2.scalar_type(), true),
              op,
              "Integer division with addcdiv is no longer supported, and in a future release "
@@ -67,7 +67,7 @@ at::ScalarType addcdiv_compute(const char* op, const at::Tensor& self, const at:
 
 auto addcdiv_body(const at::Scalar& value) {
   return [&value](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M v = value.to<M>();
     return [v](M s, M a, M b) -> M { return s + v * (a / b); };
   };
@@ -112,7 +112,7 @@ inline M lerp_value(M s, M e, M w) {
 }
 
 void check_lerp_dtypes(const char* op, const at::Tensor& self, const at::Tensor& end) {
-  ACME_CHECK_T(self.scalar_type() == end.scalar_type(), op, self, "expected dtype ",
+  FL_CHECK_T(self.scalar_type() == end.scalar_type(), op, self, "expected dtype ",
                dtype_name(self.scalar_type()), " for `end` but got dtype ",
                dtype_name(end.scalar_type()));
 }
@@ -121,7 +121,7 @@ void check_lerp_dtypes(const char* op, const at::Tensor& self, const at::Tensor&
 namespace {
 auto lerp_scalar_body(const at::Scalar& weight) {
   return [&weight](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const M w = weight.to<M>();
     return [w](M s, M e) -> M { return lerp_value<M>(s, e, w); };
   };
@@ -143,7 +143,7 @@ bool k_lerp__Scalar(at::Tensor& self, const at::Tensor& end, const at::Scalar& w
 at::Tensor k_lerp_Tensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {
   const char* op = "lerp.Tensor";
   check_lerp_dtypes(op, self, end);
-  ACME_CHECK_T(self.scalar_type() == weight.scalar_type(), op, self, "expected dtype ",
+  FL_CHECK_T(self.scalar_type() == weight.scalar_type(), op, self, "expected dtype ",
                dtype_name(self.scalar_type()), " for `weight` but got dtype ",
                dtype_name(weight.scalar_type()));
   return ternary_kernel<kFloating>(op, self, end, weight, self.scalar_type(), [](auto) {
@@ -165,11 +165,11 @@ inline M clamp_value(M x, bool has_lo, M lo, bool has_hi, M hi) {
 
 at::Tensor clamp_scalar(const char* op, const at::Tensor& self, const std::optional<at::Scalar>& min,
                         const std::optional<at::Scalar>& max) {
-  ACME_CHECK(min.has_value() || max.has_value(), op,
+  FL_CHECK(min.has_value() || max.has_value(), op,
              "At least one of 'min' or 'max' must not be None");
   const auto compute = promote({&self}, {min ? &*min : nullptr, max ? &*max : nullptr});
   return unary_kernel<kAllNoBool>(op, self, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const bool has_lo = min.has_value(), has_hi = max.has_value();
     const M lo = has_lo ? min->to<M>() : M(0);
     const M hi = has_hi ? max->to<M>() : M(0);
@@ -206,13 +206,13 @@ at::Tensor k_clamp_Tensor(const at::Tensor& self, const std::optional<at::Tensor
   const char* op = "clamp.Tensor";
   const bool has_lo = min.has_value() && min->defined();
   const bool has_hi = max.has_value() && max->defined();
-  ACME_CHECK(has_lo || has_hi, op, "At least one of 'min' or 'max' must not be None");
+  FL_CHECK(has_lo || has_hi, op, "At least one of 'min' or 'max' must not be None");
   // A missing bound is replaced by the tensor itself (clamp(x, x, hi) == clamp(x, None, hi)).
   const at::Tensor& lo = has_lo ? *min : self;
   const at::Tensor& hi = has_hi ? *max : self;
   const auto compute = promote({&self, has_lo ? &lo : nullptr, has_hi ? &hi : nullptr});
   return ternary_kernel<kAll>(op, self, lo, hi, compute, [&](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [=](M x, M l, M h) -> M {
       if constexpr (std::is_floating_point_v<M>) {
         if (std::isnan(x)) return x;
@@ -230,12 +230,12 @@ at::Tensor k_nan_to_num(const at::Tensor& self, std::optional<double> nan, std::
   if (!c10::isFloatingType(self.scalar_type())) {
     // integers have no NaN/inf: a copy, as torch returns
     return unary_kernel<kIntegralAndBool>(op, self, self.scalar_type(), [](auto tag) {
-      using M = opmath_t<ACME_T(tag)>;
+      using M = opmath_t<FL_T(tag)>;
       return [](M x) -> M { return x; };
     });
   }
   return unary_kernel<kFloating>(op, self, self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     // defaults: the largest / lowest finite value of the *storage* dtype
     const M nan_v = static_cast<M>(nan.value_or(0.0));
@@ -257,7 +257,7 @@ at::Tensor k_nan_to_num(const at::Tensor& self, std::optional<double> nan, std::
 // maximum / minimum (NaN in either operand gives NaN), with type promotion.
 at::Tensor k_clamp_min_Tensor(const at::Tensor& self, const at::Tensor& min) {
   return binary_kernel<kAllNoBool>("clamp_min.Tensor", self, min, promote({&self, &min}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M lo) -> M {
       if constexpr (std::is_floating_point_v<M>) {
         if (std::isnan(x) || std::isnan(lo)) return std::numeric_limits<M>::quiet_NaN();
@@ -269,7 +269,7 @@ at::Tensor k_clamp_min_Tensor(const at::Tensor& self, const at::Tensor& min) {
 
 at::Tensor k_clamp_max_Tensor(const at::Tensor& self, const at::Tensor& max) {
   return binary_kernel<kAllNoBool>("clamp_max.Tensor", self, max, promote({&self, &max}), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x, M hi) -> M {
       if constexpr (std::is_floating_point_v<M>) {
         if (std::isnan(x) || std::isnan(hi)) return std::numeric_limits<M>::quiet_NaN();

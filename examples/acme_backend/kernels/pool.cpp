@@ -11,7 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
+#include "kernel_lib/dense.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -31,7 +31,7 @@ namespace {
 int64_t pick(const char* op, const char* name, at::IntArrayRef v, size_t i, int64_t dflt,
              size_t spatial) {
   if (v.empty()) return dflt;
-  ACME_CHECK(v.size() == 1 || v.size() == spatial, op, name, " must be a single int or a ",
+  FL_CHECK(v.size() == 1 || v.size() == spatial, op, name, " must be a single int or a ",
              spatial == 2 ? "pair" : "triple", ", got ", v);
   return v.size() == 1 ? v[0] : v[i];
 }
@@ -48,13 +48,13 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
 // A pooling input of `spatial` (2 or 3) dims: (C, *spatial) or (N, C, *spatial), float.
 void check_pool_input(const char* op, const at::Tensor& self, int64_t spatial) {
   const char* dims = spatial == 2 ? "H, W" : "D, H, W";
-  ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "expected a ",
+  FL_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "expected a ",
                spatial + 1, "-d (C, ", dims, ") or ", spatial + 2, "-d (N, C, ", dims,
                ") input, got ", self.sizes());
   nn::check_float(op, self);
   // Only the batch dimension may be empty.
   for (int64_t d = 1; d < self.dim(); ++d) {
-    ACME_CHECK_T(self.size(d) > 0, op, self, "expected non-empty dims except the batch, got ",
+    FL_CHECK_T(self.size(d) > 0, op, self, "expected non-empty dims except the batch, got ",
                  self.sizes());
   }
 }
@@ -128,24 +128,24 @@ Pool make_pool(const char* op, const at::Tensor& self, int spatial, at::IntArray
                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                bool ceil_mode) {
   Pool p = pool_input(op, self, spatial);
-  ACME_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
+  FL_CHECK(!kernel_size.empty(), op, "kernel_size must not be empty");
   for (int i = 3 - spatial, a = 0; i < 3; ++i, ++a) {
     const size_t arg = static_cast<size_t>(a), n = static_cast<size_t>(spatial);
     p.k[i] = pick(op, "kernel_size", kernel_size, arg, 1, n);
     p.s[i] = pick(op, "stride", stride, arg, p.k[i], n);
     p.p[i] = pick(op, "padding", padding, arg, 0, n);
     p.d[i] = pick(op, "dilation", dilation, arg, 1, n);
-    ACME_CHECK(p.k[i] > 0, op, "kernel_size must be positive, got ", kernel_size);
-    ACME_CHECK(p.s[i] > 0, op, "stride must be positive, got ", stride);
-    ACME_CHECK(p.d[i] > 0, op, "dilation must be positive, got ", dilation);
-    ACME_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
+    FL_CHECK(p.k[i] > 0, op, "kernel_size must be positive, got ", kernel_size);
+    FL_CHECK(p.s[i] > 0, op, "stride must be positive, got ", stride);
+    FL_CHECK(p.d[i] > 0, op, "dilation must be positive, got ", dilation);
+    FL_CHECK(p.p[i] >= 0 && p.p[i] <= p.k[i] / 2, op,
                "pad should be at most half of effective kernel size, but got pad=", padding,
                " and kernel_size=", kernel_size);
     p.out[i] = pooled_size(p.in[i], p.k[i], p.p[i], p.s[i], p.d[i], ceil_mode);
   }
   const at::IntArrayRef outs(p.out + 3 - spatial, static_cast<size_t>(spatial));
   for (const int64_t o : outs)
-    ACME_CHECK(o > 0, op, "output size is too small: input ", self.sizes(), ", output ", outs);
+    FL_CHECK(o > 0, op, "output size is too small: input ", self.sizes(), ", output ", outs);
   set_spans(p);
   return p;
 }
@@ -155,7 +155,7 @@ Pool make_avg_pool(const char* op, const at::Tensor& self, int spatial, at::IntA
                    at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
                    bool count_include_pad, std::optional<int64_t> divisor_override) {
   Pool p = make_pool(op, self, spatial, kernel_size, stride, padding, {}, ceil_mode);
-  ACME_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
+  FL_CHECK(!divisor_override.has_value() || *divisor_override != 0, op,
              "divisor must be not zero");
   p.count_include_pad = count_include_pad;
   p.divisor_override = divisor_override;
@@ -167,11 +167,11 @@ Pool make_adaptive(const char* op, const at::Tensor& self, int spatial, at::IntA
                    bool allow_zero) {
   Pool p = pool_input(op, self, spatial);
   p.adaptive = true;
-  ACME_CHECK(output_size.size() == static_cast<size_t>(spatial), op, "output_size must have ", spatial,
+  FL_CHECK(output_size.size() == static_cast<size_t>(spatial), op, "output_size must have ", spatial,
              " values, got ", output_size);
   for (int i = 3 - spatial, a = 0; i < 3; ++i, ++a) {
     const int64_t o = output_size[static_cast<size_t>(a)];
-    ACME_CHECK(allow_zero ? o >= 0 : o > 0, op, "output_size must be ",
+    FL_CHECK(allow_zero ? o >= 0 : o > 0, op, "output_size must be ",
                allow_zero ? "non-negative" : "positive", ", got ", output_size);
     p.out[i] = o;
   }
@@ -181,7 +181,7 @@ Pool make_adaptive(const char* op, const at::Tensor& self, int spatial, at::IntA
 
 // adaptive avg pool's backward reads the output size off grad_output.
 Pool adaptive_from_grad(const char* op, const at::Tensor& grad_output, const at::Tensor& self, int spatial) {
-  ACME_CHECK_T(grad_output.dim() == self.dim() && self.dim() >= spatial, op, grad_output,
+  FL_CHECK_T(grad_output.dim() == self.dim() && self.dim() >= spatial, op, grad_output,
                "grad_output must have the rank of self");
   const auto gsizes = grad_output.sizes();
   return make_adaptive(op, self, spatial, gsizes.slice(gsizes.size() - static_cast<size_t>(spatial)),
@@ -198,14 +198,14 @@ std::vector<int64_t> out_shape(const at::Tensor& self, const Pool& p) {
 void check_grad_output(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
                        const Pool& p) {
   const auto shape = out_shape(self, p);
-  ACME_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
+  FL_CHECK_T(grad_output.sizes().equals(shape), op, grad_output, "grad_output has shape ",
                grad_output.sizes(), ", expected ", at::IntArrayRef(shape));
 }
 
 // A shape-matching tensor of int64 as a dense (contiguous) tensor, for a
 // device part to read as an array (host part: checks, and copies if strided).
 at::Tensor dense_long(const char* op, const at::Tensor& t) {
-  ACME_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, "indices must be int64");
+  FL_CHECK_T(t.scalar_type() == c10::ScalarType::Long, op, t, "indices must be int64");
   return t.is_contiguous() ? t : t.contiguous();
 }
 
@@ -214,7 +214,7 @@ at::Tensor dense_long(const char* op, const at::Tensor& t) {
 at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output,
                                    const at::Tensor& self, const at::Tensor& indices,
                                    int64_t vol) {
-  ACME_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
+  FL_CHECK_T(grad_output.sizes().equals(indices.sizes()) && grad_output.dim() == self.dim(), op,
                grad_output, "grad_output ", grad_output.sizes(), " and indices ",
                indices.sizes(), " must have the same shape and the rank of self");
   at::Tensor gi = at::empty(self.sizes(), grad_output.options());
@@ -222,7 +222,7 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
   const int64_t planes = self.numel() / vol;
   const int64_t per = planes ? grad_output.numel() / planes : 0;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const at::Tensor ix = dense_long(op, indices);
     launch(gi, [op, planes, per, vol, grad_output = DeviceTensor(grad_output),
                 ix = DeviceTensor(ix), gi = DeviceTensor(gi)] {
@@ -234,7 +234,7 @@ at::Tensor scatter_grad_by_indices(const char* op, const at::Tensor& grad_output
         for (int64_t o = 0; o < per; ++o) {
           // a data-dependent check: raised on the device, reported at the next sync
           const int64_t k = ixp[pl * per + o];
-          ACME_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol,
+          FL_CHECK(k >= 0 && k < vol, op, "index ", k, " out of range for a plane of ", vol,
                      " elements");
           ob.data()[pl * vol + k] += go.data()[pl * per + o];
         }
@@ -294,7 +294,7 @@ std::tuple<at::Tensor, at::Tensor> max_pool(const char* op, const at::Tensor& se
   at::Tensor idx = at::empty(shape, self.options().dtype(c10::ScalarType::Long));
   if (out.numel() == 0) return {out, idx};
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out),
                  idx = DeviceTensor(idx)] {
       auto x = nn::load<Acc>(op, self);
@@ -334,7 +334,7 @@ at::Tensor avg_pool(const char* op, const at::Tensor& self, const Pool& p) {
   at::Tensor out = at::empty(out_shape(self, p), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, p, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
@@ -360,7 +360,7 @@ at::Tensor avg_pool_backward(const char* op, const at::Tensor& grad_output, cons
   at::Tensor gi = at::empty(self.sizes(), grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gi, [op, p, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto go = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);
@@ -504,15 +504,15 @@ namespace {
 // as in torch's CPU kernel. Values are moved as bytes, so every dtype works.
 at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& indices,
                       at::IntArrayRef output_size, int spatial) {
-  ACME_CHECK_T(indices.scalar_type() == at::kLong, op, indices,
+  FL_CHECK_T(indices.scalar_type() == at::kLong, op, indices,
                "elements in indices should be type int64 but got: ", dtype_name(indices.scalar_type()));
-  ACME_CHECK(static_cast<int>(output_size.size()) == spatial, op, "There should be exactly ", spatial,
+  FL_CHECK(static_cast<int>(output_size.size()) == spatial, op, "There should be exactly ", spatial,
              " elements (", spatial == 2 ? "height, width" : "depth, height, width",
              ") in output_size, but got ", output_size.size(), " elements.");
-  ACME_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "Input to ", op,
+  FL_CHECK_T(self.dim() == spatial + 1 || self.dim() == spatial + 2, op, self, "Input to ", op,
                " should be a ", spatial + 1, "d or ", spatial + 2, "d Tensor, but got a tensor with ",
                self.dim(), " dimensions.");
-  ACME_CHECK_T(self.sizes() == indices.sizes(), op, indices,
+  FL_CHECK_T(self.sizes() == indices.sizes(), op, indices,
                "Expected shape of indices to be same as that of the input tensor (", self.sizes(),
                ") but got indices tensor with shape: ", indices.sizes());
   int64_t in_plane = 1, out_plane = 1;
@@ -544,7 +544,7 @@ at::Tensor max_unpool(const char* op, const at::Tensor& self, const at::Tensor& 
       for (int64_t i = 0; i < in_plane; ++i) {
         // a data-dependent check: raised on the device, reported at the next sync
         const int64_t j = xp[p * in_plane + i];
-        ACME_CHECK_INDEX(j >= 0 && j < out_plane, op, "Found an invalid max index: ", j,
+        FL_CHECK_INDEX(j >= 0 && j < out_plane, op, "Found an invalid max index: ", j,
                          " (output volumes are of size ", at::IntArrayRef(osize), ")");
         std::memcpy(opp + (p * out_plane + j) * esz, ip + (p * in_plane + i) * esz, esz);
       }
@@ -560,11 +560,11 @@ at::Tensor k_max_unpool2d(const at::Tensor& self, const at::Tensor& indices, at:
 at::Tensor k_max_unpool3d(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef output_size,
                           at::IntArrayRef stride, at::IntArrayRef padding) {
   const char* op = "max_unpool3d";
-  ACME_CHECK(stride.size() == 3 && padding.size() == 3, op,
+  FL_CHECK(stride.size() == 3 && padding.size() == 3, op,
              "There should be exactly three elements (depth, height, width) in stride and padding, got ",
              stride.size(), " and ", padding.size());
   for (int k = 0; k < 3; ++k)
-    ACME_CHECK(stride[k] > 0, op, "strides should be greater than zero, but got stride: ", stride);
+    FL_CHECK(stride[k] > 0, op, "strides should be greater than zero, but got stride: ", stride);
   return max_unpool(op, self, indices, output_size, 3);
 }
 

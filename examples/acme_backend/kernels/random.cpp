@@ -6,7 +6,7 @@
 // acme device): one 64-bit draw per op, so a seed (manual_seed, the rng state)
 // reproduces every op's stream. The transforms from bits to distributions are
 // acme's own.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -33,8 +33,8 @@ at::CPUGeneratorImpl* generator_for(const char* op, const std::optional<at::Gene
                                     const at::Tensor& t) {
   at::Generator g = (gen.has_value() && gen->defined()) ? *gen
                                                         : at::globalContext().defaultGenerator(t.device());
-  ACME_CHECK(g.defined(), op, "no generator for device ", t.device());
-  ACME_CHECK(g.device().type() == t.device().type(), op, "expected a generator of device type ",
+  FL_CHECK(g.defined(), op, "no generator for device ", t.device());
+  FL_CHECK(g.device().type() == t.device().type(), op, "expected a generator of device type ",
              t.device().type(), " but got one of ", g.device().type());
   return static_cast<at::CPUGeneratorImpl*>(g.unsafeGetGeneratorImpl());
 }
@@ -109,13 +109,13 @@ StridedIter iter_of(const at::Tensor& self) {
 
 at::Tensor& k_uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> generator) {
   const char* op = "uniform_";
-  ACME_CHECK_T(from <= to, op, self, "uniform_ expects to return a [from, to) range, but found from=",
+  FL_CHECK_T(from <= to, op, self, "uniform_ expects to return a [from, to) range, but found from=",
                from, " > to=", to);
   const uint64_t key = draw_key(op, generator, self);
   if (self.numel() == 0) return self;
   const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [it, key, from, to] {
       const double range = to - from;
       generate<T>(it, [=](int64_t i) {
@@ -135,12 +135,12 @@ at::Tensor& k_uniform_(at::Tensor& self, double from, double to, std::optional<a
 
 at::Tensor& k_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> generator) {
   const char* op = "normal_";
-  ACME_CHECK_T(std >= 0.0, op, self, "normal expects std >= 0.0, but found std ", std);
+  FL_CHECK_T(std >= 0.0, op, self, "normal expects std >= 0.0, but found std ", std);
   const uint64_t key = draw_key(op, generator, self);
   if (self.numel() == 0) return self;
   const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [it, key, mean, std] {
       // Box-Muller: the pair of uniforms of counter i / 2 gives the normals of
       // elements i (cosine) and i ^ 1 (sine)
@@ -159,12 +159,12 @@ at::Tensor& k_normal_(at::Tensor& self, double mean, double std, std::optional<a
 
 at::Tensor& k_exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
   const char* op = "exponential_";
-  ACME_CHECK_T(lambd > 0.0, op, self, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  FL_CHECK_T(lambd > 0.0, op, self, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
   const uint64_t key = draw_key(op, generator, self);
   if (self.numel() == 0) return self;
   const StridedIter it = iter_of(self);
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [it, key, lambd] {
       generate<T>(it, [=](int64_t i) {
         const double u = Bits(key, static_cast<uint64_t>(i)).uniform_double();
@@ -204,13 +204,13 @@ at::Tensor& random_range(const char* op, at::Tensor& self, int64_t from, std::op
   // [from, to) or [from, upper] when to is None
   const uint64_t range = to.has_value() ? static_cast<uint64_t>(*to - from)
                                         : static_cast<uint64_t>(random_upper(self.scalar_type()) - from) + 1;
-  ACME_CHECK_T(!to.has_value() || from < *to, op, self,
+  FL_CHECK_T(!to.has_value() || from < *to, op, self,
                "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
   const uint64_t key = draw_key(op, generator, self);
   if (self.numel() == 0) return self;
   const StridedIter it = iter_of(self);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [it, key, from, range] {
       generate<T>(it, [=](int64_t i) {
         const Bits bits(key, static_cast<uint64_t>(i));
@@ -235,13 +235,13 @@ at::Tensor& k_random__to(at::Tensor& self, int64_t to, std::optional<at::Generat
 
 at::Tensor k_bernoulli_p(const at::Tensor& self, double p, std::optional<at::Generator> generator) {
   const char* op = "bernoulli.p";
-  ACME_CHECK_T(p >= 0.0 && p <= 1.0, op, self, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  FL_CHECK_T(p >= 0.0 && p <= 1.0, op, self, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   at::Tensor out = at::empty(self.sizes(), self.options());
   const uint64_t key = draw_key(op, generator, self);
   if (out.numel() == 0) return out;
   const StridedIter it = iter_of(out);
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [it, key, p] {
       generate<T>(it, [=](int64_t i) {
         return cvt<T>(Bits(key, static_cast<uint64_t>(i)).uniform_double() < p ? 1 : 0);
@@ -257,7 +257,7 @@ at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::opti
   at::Tensor pp = at::empty(self.sizes(), self.options().dtype(at::kDouble));
   {
     auto bs = broadcast_shape(op, {&self, &p});
-    ACME_CHECK(bs == self.sizes(), op, "p of shape ", p.sizes(), " cannot be broadcast to self of shape ",
+    FL_CHECK(bs == self.sizes(), op, "p of shape ", p.sizes(), " cannot be broadcast to self of shape ",
                self.sizes());
   }
   convert_into(op, pp, p);
@@ -268,7 +268,7 @@ at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::opti
   it.add(pp);
   it.build();
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(self, [op, it, key] {
       bool bad = false;
       int64_t i = 0;
@@ -281,7 +281,7 @@ at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::opti
         }
       });
       // a value check on the device: reported by the next synchronize, as CUDA's
-      ACME_CHECK(!bad, op, "bernoulli_ expects all elements of p to be in [0, 1]");
+      FL_CHECK(!bad, op, "bernoulli_ expects all elements of p to be in [0, 1]");
     });
   });
   return self;
@@ -290,13 +290,13 @@ at::Tensor& k_bernoulli__Tensor(at::Tensor& self, const at::Tensor& p, std::opti
 at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool replacement,
                          std::optional<at::Generator> generator) {
   const char* op = "multinomial";
-  ACME_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "prob_dist must be 1 or 2 dim");
-  ACME_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
+  FL_CHECK_T(self.dim() == 1 || self.dim() == 2, op, self, "prob_dist must be 1 or 2 dim");
+  FL_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
                "multinomial only supports floating-point dtypes for input");
-  ACME_CHECK(num_samples > 0, op, "cannot sample n_sample <= 0 samples");
+  FL_CHECK(num_samples > 0, op, "cannot sample n_sample <= 0 samples");
   const int64_t rows = self.dim() == 1 ? 1 : self.size(0);
   const int64_t k = self.size(-1);
-  ACME_CHECK(replacement || num_samples <= k, op,
+  FL_CHECK(replacement || num_samples <= k, op,
              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   at::Tensor probs = at::empty(self.sizes(), self.options().dtype(at::kDouble));
   convert_into(op, probs, self);
@@ -317,13 +317,13 @@ at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool repla
     int64_t nonzero = 0;
     for (int64_t j = 0; j < k; ++j) {
       const double v = pp[r * k + j];
-      ACME_CHECK(std::isfinite(v) && v >= 0, op, "probability tensor contains either `inf`, `nan` or element < 0");
+      FL_CHECK(std::isfinite(v) && v >= 0, op, "probability tensor contains either `inf`, `nan` or element < 0");
       w[j] = v;
       total += v;
       nonzero += v > 0 ? 1 : 0;
     }
-    ACME_CHECK(total > 0, op, "invalid multinomial distribution (sum of probabilities <= 0)");
-    ACME_CHECK(replacement || num_samples <= nonzero, op,
+    FL_CHECK(total > 0, op, "invalid multinomial distribution (sum of probabilities <= 0)");
+    FL_CHECK(replacement || num_samples <= nonzero, op,
                "invalid multinomial distribution (with replacement=False, not enough non-negative "
                "category to sample)");
     for (int64_t s = 0; s < num_samples; ++s) {
@@ -349,12 +349,12 @@ at::Tensor k_multinomial(const at::Tensor& self, int64_t num_samples, bool repla
 
 at::Tensor& k_randperm_generator_out(int64_t n, std::optional<at::Generator> generator, at::Tensor& out) {
   const char* op = "randperm.generator_out";
-  ACME_CHECK(n >= 0, op, "n must be non-negative, got", n);
+  FL_CHECK(n >= 0, op, "n must be non-negative, got", n);
   if (out.sizes() != at::IntArrayRef({n})) out.resize_({n});
   const uint64_t key = draw_key(op, generator, out);
   if (n == 0) return out;
   dispatch<kAllNoBool>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [key, n, addr = out.data_ptr(), st = out.stride(0)] {
       std::vector<int64_t> perm(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) perm[i] = i;
@@ -372,7 +372,7 @@ at::Tensor& k_randperm_generator_out(int64_t n, std::optional<at::Generator> gen
 
 std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   const char* op = "native_dropout";
-  ACME_CHECK_T(p >= 0.0 && p <= 1.0, op, input, "dropout probability has to be between 0 and 1, but got ", p);
+  FL_CHECK_T(p >= 0.0 && p <= 1.0, op, input, "dropout probability has to be between 0 and 1, but got ", p);
   at::Tensor out = at::empty(input.sizes(), input.options());
   at::Tensor mask = at::empty(input.sizes(), input.options().dtype(at::kBool));
   const bool active = train.value_or(false) && p > 0.0;
@@ -386,7 +386,7 @@ std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, dou
   it.build();
   const uint64_t key = active ? draw_key(op, std::nullopt, input) : 0;
   dispatch<kFloating>(op, input.device(), input.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [it, key, active, keep, sc = static_cast<M>(scale)] {
       parallel_for(it.numel(), kGrainHeavy, [&](int64_t begin, int64_t end) {
@@ -409,7 +409,7 @@ std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor& input, dou
 
 at::Tensor k_native_dropout_backward(const at::Tensor& grad_output, const at::Tensor& mask, double scale) {
   const char* op = "native_dropout_backward";
-  ACME_CHECK_T(mask.scalar_type() == at::kBool, op, mask, "Mask should be Bool Scalar Type");
+  FL_CHECK_T(mask.scalar_type() == at::kBool, op, mask, "Mask should be Bool Scalar Type");
   auto shape = broadcast_shape(op, {&grad_output, &mask});
   at::Tensor out = alloc_output(op, {&grad_output}, shape, grad_output.scalar_type());
   StridedIter it(out.sizes());
@@ -419,7 +419,7 @@ at::Tensor k_native_dropout_backward(const at::Tensor& grad_output, const at::Te
   it.build();
   if (out.numel() == 0) return out;
   dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [it, sc = static_cast<M>(scale)] {
       map2<T, T, bool>(it, [sc](T g, bool m) { return m ? static_cast<M>(g) * sc : M(0); });

@@ -8,7 +8,7 @@
 // rows element-wise (e.g. a bias gradient: sum over the batch of [N, C]).
 // Accumulation: float for float32/float16/bfloat16, double for float64,
 // int64 for integers.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -39,7 +39,7 @@ std::vector<bool> dim_mask(const char* op, const at::Tensor& self, at::OptionalI
   for (int64_t d : *dims) {
     const int64_t w = wrap_dim(op, d, nd);
     if (nd == 0) continue;
-    ACME_CHECK(!mask[w], op, "dim ", w, " appears multiple times in the list of dims");
+    FL_CHECK(!mask[w], op, "dim ", w, " appears multiple times in the list of dims");
     mask[w] = true;
   }
   return mask;
@@ -123,7 +123,7 @@ Plan make_plan(const char* op, const at::Tensor& self, const std::vector<bool>& 
 // Runs reducer `r` over the plan (device part). Reducer: Acc init(); void step(Acc&, In, int64_t idx);
 // Acc merge(Acc, Acc) (only used when kLanes); store(int64_t out_index, const Acc&).
 //
-// Work is split over the compute units (common/parallel.h) without changing any
+// Work is split over the compute units (kernel_lib/parallel.h) without changing any
 // output's arithmetic: an output reduces its run in fixed 4096-element chunks
 // (8 lanes each) merged in chunk order whichever unit computed them, so the
 // result is bitwise the same for any number of units.
@@ -277,7 +277,7 @@ at::Tensor sum_like(const char* op, const at::Tensor& self, at::OptionalIntArray
   Plan p = make_plan(op, in, dim_mask(op, in, dims), keepdim);
   at::Tensor out = at::empty(p.out_shape, in.options());
   dispatch<kAllNoBool>(op, in.device(), out_dt, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = racc_t<T>;
     launch(out, [p = p.dev(), out = DeviceTensor(out)] {
       T* o = static_cast<T*>(out.data_ptr());
@@ -317,14 +317,14 @@ at::Tensor k_mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool 
                       std::optional<at::ScalarType> dtype) {
   const char* op = "mean.dim";
   const auto dt = dtype ? *dtype : self.scalar_type();
-  ACME_CHECK_T(c10::isFloatingType(dt), op, self,
+  FL_CHECK_T(c10::isFloatingType(dt), op, self,
                "mean(): could not infer output dtype. Input dtype must be either a floating "
                "point or complex dtype. Got: ", dtype_name(dt));
   const at::Tensor in = cast(op, self, dt);
   Plan p = make_plan(op, in, dim_mask(op, in, dim), keepdim);
   at::Tensor out = at::empty(p.out_shape, in.options());
   dispatch<kFloating>(op, in.device(), dt, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = racc_t<T>;
     const Acc n = static_cast<Acc>(p.R);
     launch(out, [n, p = p.dev(), out = DeviceTensor(out)] {
@@ -342,7 +342,7 @@ at::Tensor k_mean(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
 namespace {
 
 void check_nonempty_reduction(const char* op, const at::Tensor& self, const Plan& p) {
-  ACME_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
+  FL_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
                    "Expected reduction dim to be specified for input.numel() == 0. "
                    "Specify the reduction dim with the 'dim' argument.");
   (void)self;
@@ -353,7 +353,7 @@ template <bool IsMax>
 void extreme(const char* op, const at::Tensor& self, const Plan& p, at::Tensor* values,
              at::Tensor* indices) {
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Red = ExtremeRed<T, IsMax>;
     launch(self, [p = p.dev(), values = values ? DeviceTensor(*values) : DeviceTensor(),
                   indices = indices ? DeviceTensor(*indices) : DeviceTensor()] {
@@ -372,7 +372,7 @@ std::tuple<at::Tensor, at::Tensor> extreme_dim(const char* op, const at::Tensor&
                                                bool keepdim) {
   const int64_t d[1] = {dim};
   Plan p = make_plan(op, self, dim_mask(op, self, at::IntArrayRef(d, 1)), keepdim);
-  ACME_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
+  FL_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
                    "cannot compute on an empty dimension (dim ", dim, ") of a tensor of shape ",
                    self.sizes());
   at::Tensor values = at::empty(p.out_shape, self.options());
@@ -392,11 +392,11 @@ at::Tensor extreme_dims(const char* op, const at::Tensor& self, at::OptionalIntA
 
 template <bool IsMax>
 at::Tensor arg_extreme(const char* op, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
-  ACME_CHECK_T(self.scalar_type() != at::kBool, op, self, op, "(): does not support bool input");
+  FL_CHECK_T(self.scalar_type() != at::kBool, op, self, op, "(): does not support bool input");
   if (!dim.has_value()) {
     // over the flattened tensor; keepdim keeps every dim as size 1
     at::Tensor flat = self.contiguous().reshape({-1});
-    ACME_CHECK_INDEX(flat.numel() > 0, op,
+    FL_CHECK_INDEX(flat.numel() > 0, op,
                      "Expected reduction dim to be specified for input.numel() == 0.");
     auto res = extreme_dim<IsMax>(op, flat, 0, false);
     at::Tensor idx = std::get<1>(res);
@@ -417,14 +417,14 @@ std::tuple<at::Tensor, at::Tensor> k_min_dim(const at::Tensor& self, int64_t dim
 }
 
 at::Tensor k_max(const at::Tensor& self) {
-  ACME_CHECK_T(self.numel() > 0, "max", self,
+  FL_CHECK_T(self.numel() > 0, "max", self,
                "max(): Expected reduction dim to be specified for input.numel() == 0. Specify "
                "the reduction dim with the 'dim' argument.");
   return extreme_dims<true>("max", self, std::nullopt, false);
 }
 
 at::Tensor k_min(const at::Tensor& self) {
-  ACME_CHECK_T(self.numel() > 0, "min", self,
+  FL_CHECK_T(self.numel() > 0, "min", self,
                "min(): Expected reduction dim to be specified for input.numel() == 0. Specify "
                "the reduction dim with the 'dim' argument.");
   return extreme_dims<false>("min", self, std::nullopt, false);
@@ -455,7 +455,7 @@ std::tuple<at::Tensor, at::Tensor> k_aminmax(const at::Tensor& self, std::option
     mn = extreme_dims<false>(op, self, at::IntArrayRef(d, 1), keepdim);
     mx = extreme_dims<true>(op, self, at::IntArrayRef(d, 1), keepdim);
   } else {
-    ACME_CHECK_T(self.numel() > 0, op, self,
+    FL_CHECK_T(self.numel() > 0, op, self,
                  "cannot compute aminmax over an empty tensor without a dim");
     mn = extreme_dims<false>(op, self, std::nullopt, keepdim);
     mx = extreme_dims<true>(op, self, std::nullopt, keepdim);
@@ -495,7 +495,7 @@ at::Tensor all_any(const char* op, const at::Tensor& self, at::OptionalIntArrayR
   const auto out_dt = self.scalar_type() == at::kByte ? at::kByte : at::kBool;
   at::Tensor out = at::empty(p.out_shape, self.options().dtype(out_dt));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Red = AllAnyRed<T>;
     launch(out, [out_dt, is_all, p = p.dev(), out = DeviceTensor(out)] {
       if (out_dt == at::kByte) {
@@ -534,7 +534,7 @@ at::Tensor k_count_nonzero_dim_IntList(const at::Tensor& self, at::IntArrayRef d
   Plan p = make_plan(op, self, dim_mask(op, self, dim), false);
   at::Tensor out = at::empty(p.out_shape, self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [p = p.dev(), out = DeviceTensor(out)] {
       int64_t* o = static_cast<int64_t*>(out.data_ptr());
       run<T>(p, CountRed<T>{}, [o](int64_t i, int64_t a) { o[i] = a; });
@@ -569,14 +569,14 @@ std::tuple<at::Tensor, at::Tensor> var_mean_impl(const char* op, const at::Tenso
                                                  at::OptionalIntArrayRef dim,
                                                  const std::optional<at::Scalar>& correction,
                                                  bool keepdim, bool take_sqrt) {
-  ACME_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
+  FL_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
                "std and var only support floating point and complex dtypes");
   Plan p = make_plan(op, self, dim_mask(op, self, dim), keepdim);
   const double corr = correction ? correction->to<double>() : 1.0;
   at::Tensor var = at::empty(p.out_shape, self.options());
   at::Tensor mean = at::empty(p.out_shape, self.options());
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(var, [corr, take_sqrt, p = p.dev(), var = DeviceTensor(var), mean = DeviceTensor(mean)] {
       T* v = static_cast<T*>(var.data_ptr());
       T* m = static_cast<T*>(mean.data_ptr());
@@ -670,7 +670,7 @@ at::Tensor k_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim
   Plan p = make_plan(op, in, dim_mask(op, in, dim), keepdim);
   at::Tensor out = at::empty(p.out_shape, in.options());
   dispatch<kFloating>(op, in.device(), in.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = racc_t<T>;
     using LSE = typename LSERed<T, Acc>::LSE;
     using Red = LSERed<T, Acc>;
@@ -688,18 +688,18 @@ at::Tensor k_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim
 namespace {
 at::Tensor vector_norm(const char* op, const at::Tensor& self, double ord, at::OptionalIntArrayRef dim,
                        bool keepdim, std::optional<at::ScalarType> dtype) {
-  ACME_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
+  FL_CHECK_T(c10::isFloatingType(self.scalar_type()), op, self,
                "linalg.vector_norm: Expected a floating point or complex tensor as input");
   const at::Tensor in = dtype ? cast(op, self, *dtype) : self;
   Plan p = make_plan(op, in, dim_mask(op, in, dim), keepdim);
   if (ord < 0 || std::isinf(ord)) {
-    ACME_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
+    FL_CHECK_INDEX(p.R > 0 || p.A * p.B == 0, op,
                      "linalg.vector_norm cannot compute the ", ord,
                      " norm on an empty tensor because the operation does not have an identity");
   }
   at::Tensor out = at::empty(p.out_shape, in.options());
   dispatch<kFloating>(op, in.device(), in.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = racc_t<T>;
     const int kind = ord == 2.0 ? 0 : ord == 1.0 ? 1 : ord == 0.0 ? 2
                    : (std::isinf(ord) && ord > 0) ? 3 : (std::isinf(ord) && ord < 0) ? 4 : 5;
@@ -765,7 +765,7 @@ at::Tensor cum_sum_prod(const char* op, const at::Tensor& self, int64_t dim,
   ScanPlan s = scan_plan(op, in, dim);
   at::Tensor out = at::empty(in.sizes(), in.options());
   dispatch<kAllNoBool>(op, in.device(), out_dt, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = racc_t<T>;
     launch(out, [s = s.dev(), out = DeviceTensor(out)] {
       const T* x = static_cast<const T*>(s.src.data_ptr());
@@ -793,7 +793,7 @@ std::tuple<at::Tensor, at::Tensor> cum_extreme(const char* op, const at::Tensor&
   at::Tensor values = at::empty(self.sizes(), self.options());
   at::Tensor indices = at::empty(self.sizes(), self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(values, [s = s.dev(), values = DeviceTensor(values), indices = DeviceTensor(indices)] {
       const T* x = static_cast<const T*>(s.src.data_ptr());
@@ -843,14 +843,14 @@ std::tuple<at::Tensor, at::Tensor> k_cummin(const at::Tensor& self, int64_t dim)
 // bool matrices give an int64 result, floats accumulate in double.
 at::Tensor k_trace(const at::Tensor& self) {
   const char* op = "trace";
-  ACME_CHECK_T(self.dim() == 2, op, self, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  FL_CHECK_T(self.dim() == 2, op, self, "trace: expected a matrix, but got tensor with dim ", self.dim());
   const auto st = self.scalar_type();
   const auto out_st = c10::isIntegralType(st, /*includeBool=*/true) ? at::kLong : st;
   at::Tensor out = at::empty({}, self.options().dtype(out_st));
   const int64_t n = std::min(self.size(0), self.size(1));
   const int64_t step = self.stride(0) + self.stride(1);
   dispatch<kAll>(op, self.device(), st, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using A = std::conditional_t<is_floating_v<T>, double, int64_t>;
     launch(out, [n, step, self = DeviceTensor(self), out = DeviceTensor(out)] {
       const T* p = static_cast<const T*>(self.data_ptr());
@@ -871,7 +871,7 @@ at::Tensor k__logcumsumexp(const at::Tensor& self, int64_t dim) {
   ScanPlan s = scan_plan(op, self, dim);
   at::Tensor out = at::empty(self.sizes(), self.options());
   dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using Acc = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, double>, double, float>;
     launch(out, [s = s.dev(), out = DeviceTensor(out)] {
       const T* x = static_cast<const T*>(s.src.data_ptr());
@@ -971,7 +971,7 @@ void count_integral(const T* x, int64_t n, int64_t bins, int64_t lo, int64_t hi,
 // histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor
 at::Tensor k_histc(const at::Tensor & self, int64_t bins, const at::Scalar & min, const at::Scalar & max) {
   const char* op = "histc";
-  ACME_CHECK_T(bins > 0, op, self, "bins must be > 0, got ", bins);
+  FL_CHECK_T(bins > 0, op, self, "bins must be > 0, got ", bins);
   const at::Tensor x = self.contiguous();
   at::Tensor hist = at::empty({bins}, self.options());
   const int64_t n = x.numel();
@@ -981,35 +981,35 @@ at::Tensor k_histc(const at::Tensor & self, int64_t bins, const at::Scalar & min
   // and are reported at the next synchronization.
   const std::string self_where = where(self);
   dispatch<kAllNoBool>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     if constexpr (std::is_integral_v<T>) {
       const int64_t mn = min.to<int64_t>(), mx = max.to<int64_t>();
       if (!(mn == mx && n > 0)) {
         const auto [lo, hi] = outer_edges<int64_t, T>(nullptr, 0, mn, mx);
-        ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
+        FL_CHECK_T(lo < hi, op, self, "max must be larger than min");
       }
       launch(hist, [op, n, bins, mn, mx, self_where, x = DeviceTensor(x), hist = DeviceTensor(hist)] {
         const T* data = static_cast<const T*>(x.data_ptr());
         T* out = static_cast<T*>(hist.data_ptr());
         const auto [lo, hi] = outer_edges<int64_t>(data, n, mn, mx);
-        ACME_CHECK(lo < hi, op, "max must be larger than min", self_where);
+        FL_CHECK(lo < hi, op, "max must be larger than min", self_where);
         count_integral(data, n, bins, lo, hi, out);
       });
     } else {
       const double mn = min.to<double>(), mx = max.to<double>();
       if (!(mn == mx && n > 0)) {
         const auto [lo, hi] = outer_edges<double, T>(nullptr, 0, mn, mx);
-        ACME_CHECK_T(std::isfinite(lo) && std::isfinite(hi), op, self, "range of [", lo, ", ", hi,
+        FL_CHECK_T(std::isfinite(lo) && std::isfinite(hi), op, self, "range of [", lo, ", ", hi,
                    "] is not finite");
-        ACME_CHECK_T(lo < hi, op, self, "max must be larger than min");
+        FL_CHECK_T(lo < hi, op, self, "max must be larger than min");
       }
       launch(hist, [op, n, bins, mn, mx, self_where, x = DeviceTensor(x), hist = DeviceTensor(hist)] {
         const T* data = static_cast<const T*>(x.data_ptr());
         T* out = static_cast<T*>(hist.data_ptr());
         const auto [lo, hi] = outer_edges<double>(data, n, mn, mx);
-        ACME_CHECK(std::isfinite(lo) && std::isfinite(hi), op, "range of [", lo, ", ", hi,
+        FL_CHECK(std::isfinite(lo) && std::isfinite(hi), op, "range of [", lo, ", ", hi,
                    "] is not finite", self_where);
-        ACME_CHECK(lo < hi, op, "max must be larger than min", self_where);
+        FL_CHECK(lo < hi, op, "max must be larger than min", self_where);
         count_floating(data, n, bins, lo, hi, out);
       });
     }

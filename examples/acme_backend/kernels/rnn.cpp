@@ -18,9 +18,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/args.h"
-#include "common/dense.h"
-#include "common/device.h"
+#include "kernel_lib/args.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
 #include "kernels.h"
 
 #include <cmath>
@@ -54,7 +54,7 @@ c10::ScalarType float_dtype(const char* op, const at::Tensor& ref,
 }
 
 void check_2d(const char* op, const at::Tensor& t, const char* name, int64_t rows, int64_t cols) {
-  ACME_CHECK_T(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols, op, t, "expected ", name,
+  FL_CHECK_T(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols, op, t, "expected ", name,
                " of shape [", rows, ", ", cols, "], got ", t.sizes());
 }
 
@@ -65,19 +65,19 @@ std::pair<int64_t, int64_t> check_cell(const char* op, const at::Tensor& input_g
                                        const at::Tensor& hidden_gates, const at::Tensor& prev,
                                        const char* prev_name, const at::Tensor& input_bias,
                                        const at::Tensor& hidden_bias, int64_t factor) {
-  ACME_CHECK_T(input_gates.dim() == 2, op, input_gates, "expected input_gates to be 2-D [N, ",
+  FL_CHECK_T(input_gates.dim() == 2, op, input_gates, "expected input_gates to be 2-D [N, ",
                factor, "*H], got shape ", input_gates.sizes());
-  ACME_CHECK_T(prev.dim() == 2, op, prev, "expected ", prev_name, " to be 2-D [N, H], got shape ",
+  FL_CHECK_T(prev.dim() == 2, op, prev, "expected ", prev_name, " to be 2-D [N, H], got shape ",
                prev.sizes());
   const int64_t N = prev.size(0), H = prev.size(1);
   check_2d(op, input_gates, "input_gates", N, factor * H);
   check_2d(op, hidden_gates, "hidden_gates", N, factor * H);
-  ACME_CHECK(input_bias.defined() == hidden_bias.defined(), op,
+  FL_CHECK(input_bias.defined() == hidden_bias.defined(), op,
              "input_bias and hidden_bias must both be given or both be None");
   if (input_bias.defined()) {
-    ACME_CHECK_T(input_bias.dim() == 1 && input_bias.size(0) == factor * H, op, input_bias,
+    FL_CHECK_T(input_bias.dim() == 1 && input_bias.size(0) == factor * H, op, input_bias,
                  "expected input_bias of shape [", factor * H, "], got ", input_bias.sizes());
-    ACME_CHECK_T(hidden_bias.dim() == 1 && hidden_bias.size(0) == factor * H, op, hidden_bias,
+    FL_CHECK_T(hidden_bias.dim() == 1 && hidden_bias.size(0) == factor * H, op, hidden_bias,
                  "expected hidden_bias of shape [", factor * H, "], got ", hidden_bias.sizes());
   }
   return {N, H};
@@ -113,7 +113,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   at::Tensor workspace = at::empty({N, 4 * H}, opts);
   if (N * H == 0) return {hy, cy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(hy, [op, N, H, input_gates = DeviceTensor(input_gates),
                 hidden_gates = DeviceTensor(hidden_gates), cx = DeviceTensor(cx),
                 input_bias = DeviceTensor(input_bias),
@@ -170,7 +170,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   const auto st = float_dtype(op, workspace,
                               {{&grad_hy, "grad_hy"}, {&grad_cy, "grad_cy"}, {&cx, "cx"},
                                {&cy, "cy"}, {&workspace, "workspace"}});
-  ACME_CHECK_T(cx.dim() == 2, op, cx, "expected cx to be 2-D [N, H], got shape ", cx.sizes());
+  FL_CHECK_T(cx.dim() == 2, op, cx, "expected cx to be 2-D [N, H], got shape ", cx.sizes());
   const int64_t N = cx.size(0), H = cx.size(1);
   if (grad_hy.defined()) check_2d(op, grad_hy, "grad_hy", N, H);
   if (grad_cy.defined()) check_2d(op, grad_cy, "grad_cy", N, H);
@@ -185,7 +185,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     return {grad_gates, grad_cx, grad_bias};
   }
   nn::dispatch_compute(op, grad_gates, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(grad_gates, [op, N, H, has_bias, grad_hy = DeviceTensor(grad_hy),
                         grad_cy = DeviceTensor(grad_cy), cx = DeviceTensor(cx),
                         cy = DeviceTensor(cy), workspace = DeviceTensor(workspace),
@@ -241,7 +241,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
   at::Tensor workspace = at::empty({N, 5 * H}, opts);
   if (N * H == 0) return {hy, workspace};
   nn::dispatch_compute(op, hy, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(hy, [op, N, H, input_gates = DeviceTensor(input_gates),
                 hidden_gates = DeviceTensor(hidden_gates), hx = DeviceTensor(hx),
                 input_bias = DeviceTensor(input_bias),
@@ -291,7 +291,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   const char* op = "_thnn_fused_gru_cell_backward";
   const auto st = float_dtype(op, workspace, {{&grad_hy, "grad_hy"}, {&workspace, "workspace"}});
-  ACME_CHECK_T(grad_hy.dim() == 2, op, grad_hy, "expected grad_hy to be 2-D [N, H], got shape ",
+  FL_CHECK_T(grad_hy.dim() == 2, op, grad_hy, "expected grad_hy to be 2-D [N, H], got shape ",
                grad_hy.sizes());
   const int64_t N = grad_hy.size(0), H = grad_hy.size(1);
   check_2d(op, workspace, "workspace", N, 5 * H);
@@ -309,7 +309,7 @@ void column_sums(const char* op, const Acc* src, int64_t N, int64_t G,
     return {grad_ig, grad_hg, grad_hx, grad_ib, grad_hb};
   }
   nn::dispatch_compute(op, grad_ig, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(grad_ig, [op, N, H, has_bias, grad_hy = DeviceTensor(grad_hy),
                      workspace = DeviceTensor(workspace), grad_ig = DeviceTensor(grad_ig),
                      grad_hg = DeviceTensor(grad_hg), grad_hx = DeviceTensor(grad_hx),

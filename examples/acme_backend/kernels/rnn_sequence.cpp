@@ -22,11 +22,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/args.h"
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/gemm.h"
-#include "common/vec_math.h"
+#include "kernel_lib/args.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "math/gemm.h"
+#include "math/vec_math.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -83,29 +83,29 @@ struct Dims {
 Dims check_layer(const char* op, int64_t G, const at::Tensor& input, const at::Tensor& hx,
                  const at::Tensor& w_ih, const at::Tensor& w_hh, const at::Tensor& b_ih,
                  const at::Tensor& b_hh) {
-  ACME_CHECK_T(input.dim() == 3, op, input, "expected input of shape [T, B, I], got ", input.sizes());
-  ACME_CHECK_T(hx.dim() == 2, op, hx, "expected hx of shape [B, H], got ", hx.sizes());
+  FL_CHECK_T(input.dim() == 3, op, input, "expected input of shape [T, B, I], got ", input.sizes());
+  FL_CHECK_T(hx.dim() == 2, op, hx, "expected hx of shape [B, H], got ", hx.sizes());
   const int64_t T = input.size(0), B = input.size(1), I = input.size(2), H = hx.size(1);
-  ACME_CHECK_T(hx.size(0) == B, op, hx, "expected hx of shape [", B, ", H], got ", hx.sizes());
-  ACME_CHECK_T(w_ih.dim() == 2 && w_ih.size(0) == G * H && w_ih.size(1) == I, op, w_ih,
+  FL_CHECK_T(hx.size(0) == B, op, hx, "expected hx of shape [", B, ", H], got ", hx.sizes());
+  FL_CHECK_T(w_ih.dim() == 2 && w_ih.size(0) == G * H && w_ih.size(1) == I, op, w_ih,
                "expected w_ih of shape [", G * H, ", ", I, "], got ", w_ih.sizes());
-  ACME_CHECK_T(w_hh.dim() == 2 && w_hh.size(0) == G * H && w_hh.size(1) == H, op, w_hh,
+  FL_CHECK_T(w_hh.dim() == 2 && w_hh.size(0) == G * H && w_hh.size(1) == H, op, w_hh,
                "expected w_hh of shape [", G * H, ", ", H, "], got ", w_hh.sizes());
-  ACME_CHECK(b_ih.defined() == b_hh.defined(), op, "b_ih and b_hh must both be given or both be None");
+  FL_CHECK(b_ih.defined() == b_hh.defined(), op, "b_ih and b_hh must both be given or both be None");
   for (const at::Tensor* b : {&b_ih, &b_hh})
     if (b->defined())
-      ACME_CHECK_T(b->dim() == 1 && b->size(0) == G * H, op, *b, "expected a bias of shape [",
+      FL_CHECK_T(b->dim() == 1 && b->size(0) == G * H, op, *b, "expected a bias of shape [",
                    G * H, "], got ", b->sizes());
   for (const at::Tensor* t : {&input, &hx, &w_ih, &w_hh, &b_ih, &b_hh})
     if (t->defined())
-      ACME_CHECK_T(t->scalar_type() == input.scalar_type(), op, *t,
+      FL_CHECK_T(t->scalar_type() == input.scalar_type(), op, *t,
                    "every tensor must have the input's dtype ", input.scalar_type());
   return {T, B, I, H};
 }
 
 void check_same(const char* op, const at::Tensor& t, const char* name, c10::IntArrayRef shape,
                 c10::ScalarType st) {
-  ACME_CHECK_T(t.sizes().equals(shape) && t.scalar_type() == st, op, t, "expected ", name,
+  FL_CHECK_T(t.sizes().equals(shape) && t.scalar_type() == st, op, t, "expected ", name,
                " of shape ", shape, " and dtype ", st, ", got ", t.sizes(), " ", t.scalar_type());
 }
 
@@ -157,7 +157,7 @@ void grad_recurrent_weight(const char* op, const Acc* dg, const Acc* y, const Ac
   at::Tensor workspace = at::empty({T, B, 4 * H}, opts);
   at::Tensor cell_states = at::empty({T, B, H}, opts);
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(output, [op, T, B, I, H, reverse, input = DeviceTensor(input), hx = DeviceTensor(hx),
                     cx = DeviceTensor(cx), w_ih = DeviceTensor(w_ih), w_hh = DeviceTensor(w_hh),
                     b_ih = DeviceTensor(b_ih), b_hh = DeviceTensor(b_hh),
@@ -245,7 +245,7 @@ k_lstm_layer_backward(const at::Tensor& grad_output, const at::Tensor& grad_hy,
   at::Tensor grad_b_ih = at::empty({4 * H}, opts);
   at::Tensor grad_b_hh = at::empty({4 * H}, opts);
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(grad_input, [op, T, B, I, H, reverse, grad_output = DeviceTensor(grad_output),
                         grad_hy = DeviceTensor(grad_hy), grad_cy = DeviceTensor(grad_cy),
                         input = DeviceTensor(input), hx = DeviceTensor(hx), cx = DeviceTensor(cx),
@@ -326,7 +326,7 @@ k_lstm_layer_backward(const at::Tensor& grad_output, const at::Tensor& grad_hy,
   at::Tensor hy = at::empty({B, H}, opts);
   at::Tensor workspace = at::empty({T, B, 4 * H}, opts);
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(output, [op, T, B, I, H, reverse, input = DeviceTensor(input), hx = DeviceTensor(hx),
                     w_ih = DeviceTensor(w_ih), w_hh = DeviceTensor(w_hh), b_ih = DeviceTensor(b_ih),
                     b_hh = DeviceTensor(b_hh), output = DeviceTensor(output), hy = DeviceTensor(hy),
@@ -403,7 +403,7 @@ k_gru_layer_backward(const at::Tensor& grad_output, const at::Tensor& grad_hy,
   at::Tensor grad_b_ih = at::empty({3 * H}, opts);
   at::Tensor grad_b_hh = at::empty({3 * H}, opts);
   nn::dispatch_compute(op, input, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(grad_input, [op, T, B, I, H, reverse, grad_output = DeviceTensor(grad_output),
                         grad_hy = DeviceTensor(grad_hy), input = DeviceTensor(input),
                         hx = DeviceTensor(hx), w_ih = DeviceTensor(w_ih), w_hh = DeviceTensor(w_hh),

@@ -6,7 +6,7 @@
 // panel (32 KB) stays in L1 while the A panels of a block stream from L2.
 // Edges are zero-padded panels and masked stores, computed by the same code
 // as full tiles, so edge elements get the same bits as inner ones.
-#include "common/sgemm.h"
+#include "math/sgemm.h"
 
 #if defined(__x86_64__)  // the whole file: x86-64 only (sgemm_avx512_usable)
 #include <immintrin.h>

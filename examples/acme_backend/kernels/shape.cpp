@@ -4,8 +4,8 @@
 // output) receives a source tensor, with dtype conversion where cat promotes.
 // The host part computes shapes, allocates and builds the iterators (device
 // addresses, sizes and strides: no data); the loops are the device parts,
-// queued with launch (common/device.h).
-#include "common/common.h"
+// queued with launch (kernel_lib/device.h).
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -40,12 +40,12 @@ void copy_window(const char* op, const at::Tensor& on, char* dst, at::IntArrayRe
   }
   it.build();
   dispatch<kAll>(op, on.device(), dst_dtype, [&](auto to) {
-    using To = ACME_T(to);
+    using To = FL_T(to);
     if (src.scalar_type() == dst_dtype) {
       launch(on, [it] { map1<To, To>(it, [](To v) { return v; }); });
     } else {
       dispatch<kAll>(op, src.device(), src.scalar_type(), [&](auto from) {
-        using From = ACME_T(from);
+        using From = FL_T(from);
         launch(on, [it] { map1<To, From>(it, [](From v) { return v; }); });
       });
     }
@@ -58,7 +58,7 @@ void fill_tensor(const char* op, at::Tensor& t, const at::Scalar& value) {
   it.add(t);
   it.build();
   dispatch<kAll>(op, t.device(), t.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     const T v = value.to<T>();
     launch(t, [it, v] {
       it.for_each([&](char* const* p, const int64_t* s, int64_t n) {
@@ -74,7 +74,7 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
   const char* op = "cat";
   std::vector<at::Tensor> ts;
   for (const at::Tensor& t : tensors) ts.push_back(t);
-  ACME_CHECK(!ts.empty(), op, "torch.cat(): expected a non-empty list of Tensors");
+  FL_CHECK(!ts.empty(), op, "torch.cat(): expected a non-empty list of Tensors");
   // legacy rule: 1-d empty tensors are skipped whatever the other shapes
   auto skipped = [](const at::Tensor& t) { return t.dim() == 1 && t.numel() == 0; };
   const at::Tensor* ref = nullptr;
@@ -85,17 +85,17 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
   }
   const at::ScalarType dtype = at::native::result_type(rs);
   if (!ref) return at::empty({0}, ts[0].options().dtype(dtype));
-  ACME_CHECK(ref->dim() > 0, op, "zero-dimensional tensor cannot be concatenated");
+  FL_CHECK(ref->dim() > 0, op, "zero-dimensional tensor cannot be concatenated");
   dim = wrap_dim(op, dim, ref->dim());
   std::vector<int64_t> shape(ref->sizes().begin(), ref->sizes().end());
   int64_t total = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const at::Tensor& t = ts[i];
     if (skipped(t)) continue;
-    ACME_CHECK(t.dim() == ref->dim(), op, "Tensors must have same number of dimensions: got ",
+    FL_CHECK(t.dim() == ref->dim(), op, "Tensors must have same number of dimensions: got ",
                ref->dim(), " and ", t.dim());
     for (int64_t d = 0; d < t.dim(); ++d)
-      ACME_CHECK(d == dim || t.size(d) == shape[d], op, "Sizes of tensors must match except in "
+      FL_CHECK(d == dim || t.size(d) == shape[d], op, "Sizes of tensors must match except in "
                  "dimension ", dim, ". Expected size ", shape[d], " but got size ", t.size(d),
                  " for tensor number ", i, " in the list.");
     total += t.size(dim);
@@ -118,12 +118,12 @@ at::Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
 
 at::Tensor k_stack(at::TensorList tensors, int64_t dim) {
   const char* op = "stack";
-  ACME_CHECK(!tensors.empty(), op, "stack expects a non-empty TensorList");
+  FL_CHECK(!tensors.empty(), op, "stack expects a non-empty TensorList");
   const at::Tensor& ref = tensors[0];
   dim = wrap_dim(op, dim, ref.dim() + 1);
   at::native::ResultTypeState rs;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    ACME_CHECK(tensors[i].sizes() == ref.sizes(), op, "stack expects each tensor to be equal size, "
+    FL_CHECK(tensors[i].sizes() == ref.sizes(), op, "stack expects each tensor to be equal size, "
                "but got ", ref.sizes(), " at entry 0 and ", tensors[i].sizes(), " at entry ", i);
     rs = at::native::update_result_type_state(tensors[i], rs);
   }
@@ -147,7 +147,7 @@ at::Tensor k_flip(const at::Tensor& self, at::IntArrayRef dims) {
   for (int64_t d : dims) {
     const int64_t w = wrap_dim(op, d, self.dim());
     if (self.dim() == 0) continue;
-    ACME_CHECK(!flip[w], op, "dims has duplicates, original flip dims size=", dims.size());
+    FL_CHECK(!flip[w], op, "dims has duplicates, original flip dims size=", dims.size());
     flip[w] = true;
   }
   at::Tensor out = at::empty(self.sizes(), self.options());
@@ -168,9 +168,9 @@ at::Tensor k_flip(const at::Tensor& self, at::IntArrayRef dims) {
 
 at::Tensor k_roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims) {
   const char* op = "roll";
-  ACME_CHECK(!shifts.empty(), op, "`shifts` required");
+  FL_CHECK(!shifts.empty(), op, "`shifts` required");
   if (dims.empty()) {
-    ACME_CHECK(shifts.size() == 1, op, "shifts and dimensions must align. shifts: ", shifts.size(),
+    FL_CHECK(shifts.size() == 1, op, "shifts and dimensions must align. shifts: ", shifts.size(),
                ", dims: 0");
     // roll of the flattened tensor
     at::Tensor flat = at::empty({self.numel()}, self.options());
@@ -178,7 +178,7 @@ at::Tensor k_roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRe
     const int64_t d0[1] = {0};
     return k_roll(flat, shifts, at::IntArrayRef(d0, 1)).view(self.sizes());
   }
-  ACME_CHECK(shifts.size() == dims.size(), op, "shifts and dimensions must align. shifts: ",
+  FL_CHECK(shifts.size() == dims.size(), op, "shifts and dimensions must align. shifts: ",
              shifts.size(), ", dims:", dims.size());
   at::Tensor cur = self;
   for (size_t k = 0; k < dims.size(); ++k) {
@@ -209,13 +209,13 @@ at::Tensor k_roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRe
 
 at::Tensor k_repeat(const at::Tensor& self, at::IntArrayRef repeats) {
   const char* op = "repeat";
-  ACME_CHECK(static_cast<int64_t>(repeats.size()) >= self.dim(), op,
+  FL_CHECK(static_cast<int64_t>(repeats.size()) >= self.dim(), op,
              "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor");
   const int64_t nd = static_cast<int64_t>(repeats.size());
   const int64_t pad = nd - self.dim();
   std::vector<int64_t> in_sz(static_cast<size_t>(nd), 1), in_st(static_cast<size_t>(nd), 0), out_sz(static_cast<size_t>(nd));
   for (int64_t d = 0; d < nd; ++d) {
-    ACME_CHECK(repeats[d] >= 0, op, "Trying to create tensor with negative dimension ", repeats[d]);
+    FL_CHECK(repeats[d] >= 0, op, "Trying to create tensor with negative dimension ", repeats[d]);
     if (d >= pad) {
       in_sz[d] = self.size(d - pad);
       in_st[d] = self.stride(d - pad);
@@ -242,7 +242,7 @@ at::Tensor k_repeat(const at::Tensor& self, at::IntArrayRef repeats) {
 namespace {
 // keep (i, j) of the last two dims when j - i <= diagonal (tril) or >= diagonal (triu)
 at::Tensor tri(const char* op, const at::Tensor& self, int64_t diagonal, bool lower) {
-  ACME_CHECK_T(self.dim() >= 2, op, self, "input tensor must have at least 2 dimensions");
+  FL_CHECK_T(self.dim() >= 2, op, self, "input tensor must have at least 2 dimensions");
   at::Tensor src = self;
   at::Tensor out = at::empty(self.sizes(), self.options());
   const int64_t R = self.size(-2), C = self.size(-1);
@@ -281,9 +281,9 @@ at::Tensor k_triu(const at::Tensor& self, int64_t diagonal) {
 
 at::Tensor k_constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const at::Scalar& value) {
   const char* op = "constant_pad_nd";
-  ACME_CHECK(pad.size() % 2 == 0, op, "Length of pad must be even but instead it equals ", pad.size());
+  FL_CHECK(pad.size() % 2 == 0, op, "Length of pad must be even but instead it equals ", pad.size());
   const int64_t np = static_cast<int64_t>(pad.size()) / 2;
-  ACME_CHECK(np <= self.dim(), op, "Length of pad should be no more than twice the number of "
+  FL_CHECK(np <= self.dim(), op, "Length of pad should be no more than twice the number of "
              "dimensions of the input. Pad length is ", pad.size(), " while the input has ",
              self.dim(), " dimensions.");
   const int64_t nd = self.dim();
@@ -294,7 +294,7 @@ at::Tensor k_constant_pad_nd(const at::Tensor& self, at::IntArrayRef pad, const 
     lpad[d] = pad[2 * k];
     rpad[d] = pad[2 * k + 1];
     out_sz[d] = self.size(d) + lpad[d] + rpad[d];
-    ACME_CHECK(out_sz[d] >= 0, op, "The input size ", self.size(d), ", plus negative padding ",
+    FL_CHECK(out_sz[d] >= 0, op, "The input size ", self.size(d), ", plus negative padding ",
                lpad[d], " and ", rpad[d], " resulted in a negative output size, which is invalid. "
                "Check dimension ", d, " of your input.");
   }
@@ -332,9 +332,9 @@ struct PadGeom {
 PadGeom pad_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef padding, int spatial,
                      bool reflect) {
   const int64_t ndim = static_cast<int64_t>(in_sizes.size());
-  ACME_CHECK(static_cast<int>(padding.size()) == 2 * spatial, op, "padding size is expected to be ",
+  FL_CHECK(static_cast<int>(padding.size()) == 2 * spatial, op, "padding size is expected to be ",
              2 * spatial, ", but got: ", padding.size());
-  ACME_CHECK(ndim == spatial + 1 || ndim == spatial + 2, op, "expected ", spatial + 1, "D or ",
+  FL_CHECK(ndim == spatial + 1 || ndim == spatial + 2, op, "expected ", spatial + 1, "D or ",
              spatial + 2, "D input, got shape ", in_sizes);
   PadGeom g;
   int64_t* in_dims[3] = {&g.W, &g.H, &g.D};
@@ -347,13 +347,13 @@ PadGeom pad_geometry(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef p
     }
     const int64_t n = in_sizes[ndim - 1 - k], lo = padding[2 * k], hi = padding[2 * k + 1];
     if (reflect) {
-      ACME_CHECK(lo < n && hi < n, op, "Padding size should be less than the corresponding input "
+      FL_CHECK(lo < n && hi < n, op, "Padding size should be less than the corresponding input "
                  "dimension, but got: padding ", padding, " for input of shape ", in_sizes);
     } else {
-      ACME_CHECK(n > 0, op, "input (", in_sizes, ") is empty along a padded dimension");
+      FL_CHECK(n > 0, op, "input (", in_sizes, ") is empty along a padded dimension");
     }
     const int64_t no = n + lo + hi;
-    ACME_CHECK(no >= 1, op, "input (", in_sizes, ") is too small for padding ", padding);
+    FL_CHECK(no >= 1, op, "input (", in_sizes, ") is too small for padding ", padding);
     *in_dims[k] = n;
     *out_dims[k] = no;
     maps[k]->resize(static_cast<size_t>(no));
@@ -409,12 +409,12 @@ at::Tensor pad_mapped(const char* op, const at::Tensor& self, at::IntArrayRef pa
 at::Tensor pad_mapped_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& self,
                                at::IntArrayRef padding, int spatial, bool reflect) {
   const PadGeom g = pad_geometry(op, self.sizes(), padding, spatial, reflect);
-  ACME_CHECK_T(grad_output.sizes().equals(g.out_sizes), op, grad_output, "grad_output has shape ",
+  FL_CHECK_T(grad_output.sizes().equals(g.out_sizes), op, grad_output, "grad_output has shape ",
                grad_output.sizes(), ", expected ", g.out_sizes);
   at::Tensor go = contiguous_copy(op, grad_output);
   at::Tensor gi = at::empty(self.sizes(), grad_output.options());
   dispatch<kFloating>(op, grad_output.device(), grad_output.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(gi, [g, go = DeviceTensor(go), gi = DeviceTensor(gi)] {
       std::vector<M> acc(static_cast<size_t>(gi.numel()), M(0));
@@ -489,8 +489,8 @@ at::Tensor k_replication_pad3d_backward(const at::Tensor& grad_output, const at:
 
 at::Tensor k_repeat_interleave_Tensor(const at::Tensor& repeats, std::optional<int64_t> output_size) {
   const char* op = "repeat_interleave.Tensor";
-  ACME_CHECK_T(repeats.dim() == 1, op, repeats, "repeat_interleave only accept 1D vector as repeat");
-  ACME_CHECK_T(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt, op, repeats,
+  FL_CHECK_T(repeats.dim() == 1, op, repeats, "repeat_interleave only accept 1D vector as repeat");
+  FL_CHECK_T(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt, op, repeats,
                "repeats has to be Long or Int tensor");
   at::Tensor r = repeats.is_contiguous() && repeats.scalar_type() == at::kLong
                      ? repeats : at::empty(repeats.sizes(), repeats.options().dtype(at::kLong));
@@ -522,24 +522,24 @@ at::Tensor k_repeat_interleave_Tensor(const at::Tensor& repeats, std::optional<i
     });
     int64_t res[2] = {0, 0};
     read_on_host(op, sum, sum.const_data_ptr(), res, 2);
-    ACME_CHECK(res[1] == 0, op, "repeats can not be negative");
+    FL_CHECK(res[1] == 0, op, "repeats can not be negative");
     total = res[0];
   }
   if (output_size && !check_on_device)
-    ACME_CHECK(*output_size == total, op, "output_size ", *output_size,
+    FL_CHECK(*output_size == total, op, "output_size ", *output_size,
                " does not match the sum of repeats ", total);
   at::Tensor out = at::empty({total}, repeats.options());
   dispatch<kI64 | kI32>(op, out.device(), out.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(out, [op, check_on_device, total, r = DeviceTensor(r), out = DeviceTensor(out)] {
       const int64_t* rp = r.const_data_ptr<int64_t>();
       if (check_on_device) {
         int64_t sum = 0;
         for (int64_t i = 0; i < r.numel(); ++i) {
-          ACME_CHECK(rp[i] >= 0, op, "repeats can not be negative");
+          FL_CHECK(rp[i] >= 0, op, "repeats can not be negative");
           sum += rp[i];
         }
-        ACME_CHECK(total == sum, op, "output_size ", total, " does not match the sum of repeats ", sum);
+        FL_CHECK(total == sum, op, "output_size ", total, " does not match the sum of repeats ", sum);
       }
       T* o = out.data_ptr<T>();
       int64_t k = 0;
@@ -582,10 +582,10 @@ at::Tensor k_unfold(const at::Tensor& self, int64_t dimension, int64_t size, int
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
   std::vector<int64_t> strides(self.strides().begin(), self.strides().end());
   const int64_t max_size = ndim == 0 ? 1 : sizes[d];
-  ACME_CHECK_INDEX(size <= max_size, op, "maximum size for tensor at dimension ", d, " is ", max_size,
+  FL_CHECK_INDEX(size <= max_size, op, "maximum size for tensor at dimension ", d, " is ", max_size,
                    " but size is ", size);
-  ACME_CHECK(size >= 0, op, "size is ", size, " but must be >= 0");
-  ACME_CHECK(step > 0, op, "step is ", step, " but must be > 0");
+  FL_CHECK(size >= 0, op, "size is ", size, " but must be >= 0");
+  FL_CHECK(step > 0, op, "step is ", step, " but must be > 0");
   sizes.push_back(size);
   strides.push_back(ndim == 0 ? 1 : strides[d]);
   if (d < ndim) {
@@ -602,21 +602,21 @@ at::Tensor k_unfold_backward(const at::Tensor& grad_in, at::IntArrayRef input_si
   const char* op = "unfold_backward";
   const int64_t ndim = static_cast<int64_t>(input_sizes.size());
   const int64_t d = wrap_dim(op, dim, std::max<int64_t>(ndim, 1));
-  ACME_CHECK(step > 0, op, "step is ", step, " but must be > 0");
+  FL_CHECK(step > 0, op, "step is ", step, " but must be > 0");
   int64_t A = 1, N = ndim == 0 ? 1 : input_sizes[d], B = 1;
   for (int64_t k = 0; k < ndim; ++k) {
     if (k < d) A *= input_sizes[k];
     else if (k > d) B *= input_sizes[k];
   }
   const int64_t nwin = N >= size ? (N - size) / step + 1 : 0;
-  ACME_CHECK_T(grad_in.numel() == A * nwin * B * size, op, grad_in, "grad of shape ", grad_in.sizes(),
+  FL_CHECK_T(grad_in.numel() == A * nwin * B * size, op, grad_in, "grad of shape ", grad_in.sizes(),
                " does not match unfolding input of shape ", input_sizes, " (dim ", d, ", size ", size,
                ", step ", step, ")");
   at::Tensor g = grad_in.is_contiguous() ? grad_in : at::empty(grad_in.sizes(), grad_in.options());
   if (!grad_in.is_contiguous()) convert_into(op, g, grad_in);
   at::Tensor out = at::empty(input_sizes, grad_in.options());
   dispatch<kFloating>(op, grad_in.device(), grad_in.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [A, N, B, nwin, size, step, g = DeviceTensor(g), out = DeviceTensor(out)] {
       std::vector<M> acc(static_cast<size_t>(A * N * B), M(0));
@@ -636,13 +636,13 @@ at::Tensor k_unfold_backward(const at::Tensor& grad_in, at::IntArrayRef input_si
 // channel_shuffle: channels seen as [groups, C / groups] and transposed.
 at::Tensor k_channel_shuffle(const at::Tensor& self, int64_t groups) {
   const char* op = "channel_shuffle";
-  ACME_CHECK(groups > 0, op, "Number of groups to divide channels in must be positive. Value of groups:",
+  FL_CHECK(groups > 0, op, "Number of groups to divide channels in must be positive. Value of groups:",
              groups);
-  ACME_CHECK_T(self.dim() > 2, op, self,
+  FL_CHECK_T(self.dim() > 2, op, self,
                "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ",
                self.sizes());
   const int64_t N = self.size(0), C = self.size(1);
-  ACME_CHECK(C % groups == 0, op, "Number of channels must be divisible by groups. Got ", C,
+  FL_CHECK(C % groups == 0, op, "Number of channels must be divisible by groups. Got ", C,
              " channels and ", groups, " groups.");
   at::Tensor in = self.is_contiguous() ? self : at::empty(self.sizes(), self.options());
   if (!self.is_contiguous()) convert_into(op, in, self);

@@ -9,11 +9,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
-#include "common/device.h"
-#include "common/nn_math.h"
-#include "common/parallel.h"
-#include "common/vec_math.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
+#include "math/nn_math.h"
+#include "kernel_lib/parallel.h"
+#include "math/vec_math.h"
 #include "kernels.h"
 
 #include <cmath>
@@ -36,7 +36,7 @@ struct Axis {
 
 Axis make_axis(const char* op, const at::Tensor& t, int64_t dim) {
   const int64_t nd = std::max<int64_t>(t.dim(), 1);
-  ACME_CHECK_T(dim >= -nd && dim < nd, op, t, "dim ", dim, " out of range for a ", t.dim(),
+  FL_CHECK_T(dim >= -nd && dim < nd, op, t, "dim ", dim, " out of range for a ", t.dim(),
                "-d tensor");
   if (dim < 0) dim += nd;
   Axis a;
@@ -94,7 +94,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
   // float rows on an AVX2/AVX-512 host: one vectorized pass per step (vec_math.h)
   const auto row_fn = vec::row_f32();
   nn::dispatch_compute(op, compute_ref, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, ax, kind, row_fn, in = DeviceTensor(self), res = DeviceTensor(out)] {
     auto x = nn::load<Acc>(op, in);
     nn::OutBuf<Acc> ob(res);
@@ -127,7 +127,7 @@ at::Tensor softmax_fwd(const char* op, const at::Tensor& self, int64_t dim,
 
 c10::ScalarType fwd_out_dtype(const char* op, const at::Tensor& self, bool half_to_float) {
   if (!half_to_float) return self.scalar_type();
-  ACME_CHECK_T(self.scalar_type() == c10::ScalarType::Half ||
+  FL_CHECK_T(self.scalar_type() == c10::ScalarType::Half ||
                    self.scalar_type() == c10::ScalarType::BFloat16,
                op, self, "half_to_float requires a float16 or bfloat16 input");
   return c10::ScalarType::Float;
@@ -137,9 +137,9 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
                        int64_t dim, c10::ScalarType input_dtype, bool log) {
   nn::check_float(op, grad_output);
   nn::check_float(op, output);
-  ACME_CHECK_T(grad_output.sizes().equals(output.sizes()), op, grad_output,
+  FL_CHECK_T(grad_output.sizes().equals(output.sizes()), op, grad_output,
                "grad_output has shape ", grad_output.sizes(), ", output has ", output.sizes());
-  ACME_CHECK(dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
+  FL_CHECK(dtype_bit(input_dtype) & nn::kNNFloat, op, "input_dtype ",
              dtype_name(input_dtype), " is not a supported float dtype");
   const Axis ax = make_axis(op, output, dim);
   // As on CPU: the gradient has grad_output's dtype, except in the half_to_float
@@ -152,7 +152,7 @@ at::Tensor softmax_bwd(const char* op, const at::Tensor& grad_output, const at::
                                                                       : grad_output.scalar_type()));
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gi, [op, ax, log, go = DeviceTensor(grad_output), yo = DeviceTensor(output),
                 res = DeviceTensor(gi)] {
     auto g = nn::load<Acc>(op, go);
@@ -223,7 +223,7 @@ at::Tensor k__safe_softmax(const at::Tensor& self, int64_t dim,
                            ::std::optional<at::ScalarType> dtype) {
   const char* op = "_safe_softmax";
   const auto out_dtype = dtype.value_or(self.scalar_type());
-  ACME_CHECK(dtype_bit(out_dtype) & nn::kNNFloat, op, "dtype ", dtype_name(out_dtype),
+  FL_CHECK(dtype_bit(out_dtype) & nn::kNNFloat, op, "dtype ", dtype_name(out_dtype),
              " is not a supported float dtype");
   return softmax_fwd(op, self, dim, out_dtype, Kind::kSafeSoftmax);
 }

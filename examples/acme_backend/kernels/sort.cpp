@@ -3,7 +3,7 @@
 // [A, N, B] and every (a, b) line is copied out, ordered with a stable sort of
 // (value, index) pairs and written back. NaN orders above every number, as in
 // torch.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -105,7 +105,7 @@ std::tuple<at::Tensor, at::Tensor> sorted_prefix(const char* op, const at::Tenso
   at::Tensor values = at::empty(shape, self.options());
   at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(values, [k, descending, l = l.dev(), values = DeviceTensor(values),
                     indices = DeviceTensor(indices)] {
       T* v = static_cast<T*>(values.data_ptr());
@@ -147,7 +147,7 @@ std::tuple<at::Tensor, at::Tensor> k_topk(const at::Tensor& self, int64_t k, int
   const char* op = "topk";
   dim = wrap_dim(op, dim, self.dim());
   const int64_t n = self.dim() == 0 ? 1 : self.size(dim);
-  ACME_CHECK_INDEX(k >= 0 && k <= n, op, "selected index k out of range");
+  FL_CHECK_INDEX(k >= 0 && k <= n, op, "selected index k out of range");
   if (self.scalar_type() == at::kBool) return sorted_prefix(op, self, dim, k, largest);
   Lines l = lines_of(op, self, dim);
   auto shape = shape_with(self, dim, k, false);
@@ -155,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor> k_topk(const at::Tensor& self, int64_t k, int
   at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
   if (values.numel() == 0) return {values, indices};
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     if constexpr (!std::is_same_v<T, bool>) {
       launch(values, [k, largest, sorted, l = l.dev(), values = DeviceTensor(values),
                       indices = DeviceTensor(indices)] {
@@ -183,12 +183,12 @@ std::tuple<at::Tensor, at::Tensor> select_per_line(const char* op, const at::Ten
                                                    bool keepdim, Pick pick) {
   dim = wrap_dim(op, dim, self.dim());
   Lines l = lines_of(op, self, dim);
-  ACME_CHECK_INDEX(l.N > 0 || l.A * l.B == 0, op, "cannot compute ", op, " on an empty dimension");
+  FL_CHECK_INDEX(l.N > 0 || l.A * l.B == 0, op, "cannot compute ", op, " on an empty dimension");
   auto shape = shape_with(self, dim, 1, !keepdim);
   at::Tensor values = at::empty(shape, self.options());
   at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
   dispatch<kAll>(op, self.device(), self.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(values, [pick, l = l.dev(), values = DeviceTensor(values), indices = DeviceTensor(indices)] {
       T* v = static_cast<T*>(values.data_ptr());
       int64_t* ix = static_cast<int64_t*>(indices.data_ptr());
@@ -218,7 +218,7 @@ at::Tensor median_of_all(const char* op, const at::Tensor& self, Pick pick) {
   if (self.numel() == 0) {
     at::Tensor out = at::empty({}, self.options());
     dispatch<kFloating>(op, self.device(), self.scalar_type(), [&](auto tag) {
-      using T = ACME_T(tag);
+      using T = FL_T(tag);
       launch(out, [out = DeviceTensor(out)] {
         *static_cast<T*>(out.data_ptr()) = cvt<T>(std::numeric_limits<float>::quiet_NaN());
       });
@@ -235,7 +235,7 @@ std::tuple<at::Tensor, at::Tensor> k_kthvalue(const at::Tensor& self, int64_t k,
   const char* op = "kthvalue";
   const int64_t wd = wrap_dim(op, dim, self.dim());
   const int64_t n = self.dim() == 0 ? 1 : self.size(wd);
-  ACME_CHECK_INDEX(k >= 1 && k <= n, op, "kthvalue(): selected number k out of range for dimension ", wd);
+  FL_CHECK_INDEX(k >= 1 && k <= n, op, "kthvalue(): selected number k out of range for dimension ", wd);
   return select_per_line(op, self, wd, keepdim, [k](auto& line) {
     sort_line(line, false);
     return line[k - 1];
@@ -281,10 +281,10 @@ namespace {
 at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at::Tensor& values,
                          bool out_int32, bool right, const std::optional<at::Tensor>& sorter) {
   const bool is_1d = boundaries.dim() == 1;
-  ACME_CHECK_T(boundaries.dim() >= 1, op, boundaries,
+  FL_CHECK_T(boundaries.dim() >= 1, op, boundaries,
                "boundaries tensor should have positive dimension, but got 0 dimension");
   if (!is_1d) {
-    ACME_CHECK_T(boundaries.dim() == values.dim() &&
+    FL_CHECK_T(boundaries.dim() == values.dim() &&
                      boundaries.sizes().slice(0, boundaries.dim() - 1).equals(
                          values.sizes().slice(0, values.dim() - 1)),
                  op, boundaries,
@@ -295,9 +295,9 @@ at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at:
   const bool has_sorter = sorter.has_value() && sorter->defined();
   at::Tensor st;
   if (has_sorter) {
-    ACME_CHECK_T(sorter->scalar_type() == at::kLong, op, *sorter, "sorter must be a tensor of long dtype, but got ",
+    FL_CHECK_T(sorter->scalar_type() == at::kLong, op, *sorter, "sorter must be a tensor of long dtype, but got ",
                  dtype_name(sorter->scalar_type()));
-    ACME_CHECK_T(sorter->sizes().equals(boundaries.sizes()), op, *sorter,
+    FL_CHECK_T(sorter->sizes().equals(boundaries.sizes()), op, *sorter,
                  "boundary and sorter must have the same size, but got boundary tensor ", boundaries.sizes(),
                  " and sorter tensor ", sorter->sizes());
     st = sorter->contiguous();
@@ -308,13 +308,13 @@ at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at:
   const int64_t nb = boundaries.size(-1);
   const int64_t row_in = values.dim() == 0 ? 1 : values.size(-1);
   if (out_int32) {
-    ACME_CHECK(nb < std::numeric_limits<int32_t>::max(), op,
+    FL_CHECK(nb < std::numeric_limits<int32_t>::max(), op,
                "the size of boundaries must be less than ", std::numeric_limits<int32_t>::max(),
                ", but got ", nb);
   }
   at::Tensor out = at::empty(values.sizes(), values.options().dtype(out_int32 ? at::kInt : at::kLong));
   dispatch<kAllNoBool>(op, values.device(), common, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [op, has_sorter, is_1d, right, out_int32, nb, row_in, st = DeviceTensor(st),
                  bd = DeviceTensor(bd), in = DeviceTensor(in), out = DeviceTensor(out)] {
@@ -323,7 +323,7 @@ at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at:
       const int64_t* sp = has_sorter ? static_cast<const int64_t*>(st.data_ptr()) : nullptr;
       if (sp) {
         for (int64_t k = 0; k < st.numel(); ++k)
-          ACME_CHECK_INDEX(sp[k] >= 0 && sp[k] < nb, op, "sorter index out of range");
+          FL_CHECK_INDEX(sp[k] >= 0 && sp[k] < nb, op, "sorter index out of range");
       }
       const T* b = static_cast<const T*>(bd.data_ptr());
       const T* v = static_cast<const T*>(in.data_ptr());
@@ -349,9 +349,9 @@ at::Tensor search_sorted(const char* op, const at::Tensor& boundaries, const at:
 
 bool search_side(const char* op, bool right, const std::optional<c10::string_view>& side) {
   if (!side.has_value()) return right;
-  ACME_CHECK(*side == "left" || *side == "right", op, "side can only be 'left' or 'right' but got ", *side);
+  FL_CHECK(*side == "left" || *side == "right", op, "side can only be 'left' or 'right' but got ", *side);
   const bool side_right = *side == "right";
-  ACME_CHECK(!right || side_right, op, "side and right can't be set to opposites, got side of ", *side,
+  FL_CHECK(!right || side_right, op, "side and right can't be set to opposites, got side of ", *side,
              " while right was True");
   return side_right;
 }
@@ -371,7 +371,7 @@ at::Tensor k_searchsorted_Scalar(const at::Tensor& sorted_sequence, const at::Sc
   // the scalar as a 0-dim tensor of its own type (a wrapped number: the boundaries' dtype wins)
   at::Tensor v = at::empty({}, sorted_sequence.options().dtype(self.type()));
   dispatch<kAllNoBool>(op, sorted_sequence.device(), v.scalar_type(), [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     launch(v, [x = self.to<T>(), v = DeviceTensor(v)] { *static_cast<T*>(v.data_ptr()) = x; });
   });
   v.unsafeGetTensorImpl()->set_wrapped_number(true);
@@ -381,7 +381,7 @@ at::Tensor k_searchsorted_Scalar(const at::Tensor& sorted_sequence, const at::Sc
 at::Tensor k_bucketize_Tensor(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32,
                               bool right) {
   const char* op = "bucketize.Tensor";
-  ACME_CHECK_T(boundaries.dim() == 1, op, boundaries, "boundaries tensor must be 1 dimension, but got dim(",
+  FL_CHECK_T(boundaries.dim() == 1, op, boundaries, "boundaries tensor must be 1 dimension, but got dim(",
                boundaries.dim(), ")");
   return search_sorted(op, boundaries, self, out_int32, right, std::nullopt);
 }
@@ -397,7 +397,7 @@ at::Tensor k_isin_Tensor_Tensor(const at::Tensor& elements, const at::Tensor& te
   at::Tensor te = cast(op, test_elements, common).contiguous();
   at::Tensor out = at::empty(elements.sizes(), elements.options().dtype(at::kBool));
   dispatch<kAllNoBool>(op, elements.device(), common, [&](auto tag) {
-    using T = ACME_T(tag);
+    using T = FL_T(tag);
     using M = opmath_t<T>;
     launch(out, [invert, el = DeviceTensor(el), te = DeviceTensor(te), out = DeviceTensor(out)] {
       const T* tp = static_cast<const T*>(te.data_ptr());

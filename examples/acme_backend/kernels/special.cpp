@@ -6,7 +6,7 @@
 // element by element through acme's own pointwise drivers, so acme and the
 // CPU agree to the last bit in float32 and float64.
 // Integer inputs promote to the default float dtype, as in torch.
-#include "common/common.h"
+#include "kernel_lib/common.h"
 
 #include "kernels.h"
 
@@ -28,7 +28,7 @@ constexpr unsigned kSpecial = kF32 | kF64;
 template <class F>
 at::Tensor special_unary(const char* op, const at::Tensor& self, F fn) {
   return unary_kernel<kSpecial>(op, self, float_compute(self.scalar_type()), [fn](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [fn](M x) -> M { return fn(x); };
   });
 }
@@ -39,7 +39,7 @@ template <class F>
 at::Tensor special_binary(const char* op, const at::Tensor& a, const at::Tensor& b, F fn) {
   const auto compute = float_compute(promote({&a, &b}));
   return binary_kernel<kSpecial>(op, a, b, compute, [fn](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [fn](M x, M y) -> M { return fn(x, y); };
   });
 }
@@ -184,7 +184,7 @@ at::Tensor k_igammac(const at::Tensor& self, const at::Tensor& other) {
 // trigamma routines (as torch does): the general series is slow and less
 // accurate there.
 at::Tensor k_polygamma(int64_t n, const at::Tensor& self) {
-  ACME_CHECK(n >= 0, "polygamma", "polygamma(n, x) does not support negative n (got ", n, ")");
+  FL_CHECK(n >= 0, "polygamma", "polygamma(n, x) does not support negative n (got ", n, ")");
   const int ni = static_cast<int>(n);
   return special_unary("polygamma", self, [ni](auto x) -> decltype(x) {
     if (ni == 0) return ::calc_digamma(x);

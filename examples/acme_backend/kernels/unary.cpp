@@ -1,8 +1,8 @@
 // acme unary pointwise kernels: math functions (integer inputs promote to the
 // default float dtype, as in torch) and type-preserving ops (abs, neg, sign,
 // rounding, bitwise_not).
-#include "common/common.h"
-#include "common/vec_tensor.h"
+#include "kernel_lib/common.h"
+#include "math/vec_tensor.h"
 
 #include "kernels.h"
 
@@ -18,7 +18,7 @@ namespace {
 template <class F>
 at::Tensor float_unary(const char* op, const at::Tensor& self, F fn) {
   return unary_kernel<kFloating>(op, self, float_compute(self.scalar_type()), [fn](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [fn](M x) -> M { return fn(x); };
   });
 }
@@ -129,7 +129,7 @@ at::Tensor k_erfc(const at::Tensor& self) {
 at::Tensor k_abs(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Abs); out.defined()) return out;
   return unary_kernel<kAllNoBool>("abs", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_unsigned_v<M>) return x;
       else return x < M(0) ? M(-x) : x;
@@ -138,12 +138,12 @@ at::Tensor k_abs(const at::Tensor& self) {
 }
 
 at::Tensor k_neg(const at::Tensor& self) {
-  ACME_CHECK_T(self.scalar_type() != at::kBool, "neg", self,
+  FL_CHECK_T(self.scalar_type() != at::kBool, "neg", self,
                "negation, the `-` operator, on a bool tensor is not supported; "
                "use the `~` or `logical_not()` operator instead");
   if (auto out = vec_unary_f32(self, vec::Unary::Neg); out.defined()) return out;
   return unary_kernel<kAllNoBool>("neg", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M { return static_cast<M>(-x); };
   });
 }
@@ -151,7 +151,7 @@ at::Tensor k_neg(const at::Tensor& self) {
 at::Tensor k_sign(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Sign); out.defined()) return out;
   return unary_kernel<kAll>("sign", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_same_v<M, bool>) return x;
       else return static_cast<M>((M(0) < x) - (x < M(0)));
@@ -164,7 +164,7 @@ at::Tensor k_sign(const at::Tensor& self) {
 at::Tensor k_floor(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Floor); out.defined()) return out;
   return unary_kernel<kAllNoBool>("floor", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_integral_v<M>) return x;
       else return std::floor(x);
@@ -175,7 +175,7 @@ at::Tensor k_floor(const at::Tensor& self) {
 at::Tensor k_ceil(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Ceil); out.defined()) return out;
   return unary_kernel<kAllNoBool>("ceil", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_integral_v<M>) return x;
       else return std::ceil(x);
@@ -186,7 +186,7 @@ at::Tensor k_ceil(const at::Tensor& self) {
 at::Tensor k_trunc(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Trunc); out.defined()) return out;
   return unary_kernel<kAllNoBool>("trunc", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_integral_v<M>) return x;
       else return std::trunc(x);
@@ -198,7 +198,7 @@ at::Tensor k_trunc(const at::Tensor& self) {
 at::Tensor k_round(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Round); out.defined()) return out;
   return unary_kernel<kAllNoBool>("round", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_integral_v<M>) return x;
       else return std::nearbyint(x);
@@ -209,16 +209,16 @@ at::Tensor k_round(const at::Tensor& self) {
 at::Tensor k_frac(const at::Tensor& self) {
   if (auto out = vec_unary_f32(self, vec::Unary::Frac); out.defined()) return out;
   return unary_kernel<kFloating>("frac", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M { return x - std::trunc(x); };
   });
 }
 
 at::Tensor k_round_decimals(const at::Tensor& self, int64_t decimals) {
-  ACME_CHECK_T(c10::isFloatingType(self.scalar_type()) || decimals == 0, "round.decimals",
+  FL_CHECK_T(c10::isFloatingType(self.scalar_type()) || decimals == 0, "round.decimals",
                self, "round with decimals is only implemented for floating point tensors");
   return unary_kernel<kFloating>("round.decimals", self, self.scalar_type(), [decimals](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     // torch scales by 10^|decimals| and divides (or multiplies) back.
     const M ten = static_cast<M>(std::pow(10.0, static_cast<double>(std::abs(decimals))));
     const bool neg = decimals < 0;
@@ -230,7 +230,7 @@ at::Tensor k_round_decimals(const at::Tensor& self, int64_t decimals) {
 
 at::Tensor k_bitwise_not(const at::Tensor& self) {
   return unary_kernel<kIntegralAndBool>("bitwise_not", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_same_v<M, bool>) return !x;
       else return static_cast<M>(~x);
@@ -241,7 +241,7 @@ at::Tensor k_bitwise_not(const at::Tensor& self) {
 // sgn is sign for real dtypes
 at::Tensor k_sgn(const at::Tensor& self) {
   return unary_kernel<kAll>("sgn", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> M {
       if constexpr (std::is_same_v<M, bool>) return x;
       else return static_cast<M>((M(0) < x) - (x < M(0)));
@@ -325,7 +325,7 @@ at::Tensor k_rad2deg(const at::Tensor& self) {
 
 at::Tensor k_logit(const at::Tensor& self, std::optional<double> eps) {
   return unary_kernel<kFloating>("logit", self, float_compute(self.scalar_type()), [eps](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     const bool clamp = eps.has_value();
     const M lo = clamp ? static_cast<M>(*eps) : M(0), hi = M(1) - lo;
     return [=](M x) -> M {
@@ -343,7 +343,7 @@ namespace {
 
 at::Tensor k_signbit(const at::Tensor& self) {
   return unary_kernel<kAll, bool>("signbit", self, self.scalar_type(), [](auto tag) {
-    using M = opmath_t<ACME_T(tag)>;
+    using M = opmath_t<FL_T(tag)>;
     return [](M x) -> bool {
       // Not std::signbit: gcc 12 at -O3 crashes (ICE) vectorizing it. copysign
       // keeps the same meaning for -0.0 and NaNs with the sign bit set.

@@ -12,8 +12,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
-#include "common/dense.h"
-#include "common/device.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -36,9 +36,9 @@ struct Resize {
 
 Resize resize_shape(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef output_size,
                     size_t spatial) {
-  ACME_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
+  FL_CHECK(output_size.size() == spatial, op, "output_size must have ", spatial, " values, got ",
              output_size);
-  ACME_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
+  FL_CHECK(in_sizes.size() == spatial + 2, op, "expected ", spatial + 2, "-d input (N, C, spatial...), got ",
              in_sizes);
   Resize r;
   r.spatial = static_cast<int>(spatial);
@@ -48,7 +48,7 @@ Resize resize_shape(const char* op, at::IntArrayRef in_sizes, at::IntArrayRef ou
   for (size_t k = 0; k < spatial; ++k) {
     const size_t slot = 3 - spatial + k;
     const int64_t in = in_sizes[2 + k], out = output_size[k];
-    ACME_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
+    FL_CHECK(in > 0 && out > 0, op, "input and output sizes should be greater than 0, but got input ",
                in_sizes, " and output ", output_size);
     *in_d[slot] = in;
     *out_d[slot] = out;
@@ -75,7 +75,7 @@ Resize backward_resize(const char* op, const at::Tensor& grad_output, at::IntArr
   nn::check_float(op, grad_output);
   const Resize r = resize_shape(op, input_size, output_size, spatial);
   const auto osz = resized_shape(input_size, output_size);
-  ACME_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
+  FL_CHECK_T(grad_output.sizes().equals(osz), op, grad_output, "grad_output has shape ",
                grad_output.sizes(), ", expected ", osz);
   return r;
 }
@@ -240,7 +240,7 @@ at::Tensor aa_forward(const char* op, const at::Tensor& self, at::IntArrayRef ou
   at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     // the filter maps depend on sizes only: built here, used by the device part
     AaMap<Acc> mw, mh;
     if (W != Wo) mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
@@ -280,7 +280,7 @@ at::Tensor aa_backward(const char* op, const at::Tensor& grad_output, at::IntArr
   at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const auto mh = aa_map<Acc>(H, Ho, align_corners, scales_h, filter);
     const auto mw = aa_map<Acc>(W, Wo, align_corners, scales_w, filter);
     launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = DeviceTensor(grad_output),
@@ -320,7 +320,7 @@ at::Tensor k_upsample_bicubic2d(const at::Tensor& self, at::IntArrayRef output_s
   at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
     launch(out, [op, P, H, W, Ho, Wo, mh, mw, self = DeviceTensor(self),
@@ -360,7 +360,7 @@ at::Tensor k_upsample_bicubic2d_backward(const at::Tensor& grad_output,
   at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const auto mh = cubic_map<Acc>(H, Ho, align_corners, scales_h);
     const auto mw = cubic_map<Acc>(W, Wo, align_corners, scales_w);
     launch(gi, [op, P, H, W, Ho, Wo, mh, mw, grad_output = DeviceTensor(grad_output),
@@ -491,7 +491,7 @@ at::Tensor linear_nd(const char* op, const at::Tensor& self, at::IntArrayRef out
   at::Tensor out = at::empty(resized_shape(self.sizes(), output_size), self.options());
   if (out.numel() == 0) return out;
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const auto m = linear_maps<Acc>(r, align_corners, scales);
     launch(out, [op, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
@@ -518,7 +518,7 @@ at::Tensor linear_nd_backward(const char* op, const at::Tensor& grad_output, at:
   at::Tensor gi = at::empty(input_size, grad_output.options());
   if (gi.numel() == 0) return gi;
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     const auto m = linear_maps<Acc>(r, align_corners, scales);
     launch(gi, [op, r, m, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
@@ -546,7 +546,7 @@ at::Tensor nearest_nd(const char* op, const at::Tensor& self, at::IntArrayRef ou
   if (out.numel() == 0) return out;
   const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, self, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(out, [op, r, m, self = DeviceTensor(self), out = DeviceTensor(out)] {
       auto x = nn::load<Acc>(op, self);
       nn::OutBuf<Acc> ob(out);
@@ -574,7 +574,7 @@ at::Tensor nearest_nd_backward(const char* op, const at::Tensor& grad_output, at
   if (gi.numel() == 0) return gi;
   const NearestMaps m = nearest_maps(r, scales, exact);
   nn::dispatch_compute(op, grad_output, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(gi, [op, r, m, grad_output = DeviceTensor(grad_output), gi = DeviceTensor(gi)] {
       auto gr = nn::load<Acc>(op, grad_output);
       nn::OutBuf<Acc> ob(gi);

@@ -1,3 +1,3 @@
 // acme's vector math for AVX2 + FMA hosts (flags in cmake/vendor.cmake).
 #define ACME_VEC_SUFFIX avx2
-#include "common/vec_math_impl.h"
+#include "math/vec_math_impl.h"

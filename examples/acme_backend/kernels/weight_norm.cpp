@@ -16,8 +16,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
-#include "common/dense.h"
-#include "common/device.h"
+#include "kernel_lib/dense.h"
+#include "kernel_lib/device.h"
 #include "kernels.h"
 
 #include <algorithm>
@@ -42,10 +42,10 @@ bool is_reduced(c10::ScalarType st) {
 }
 
 WNShape wn_shape(const char* op, const at::Tensor& v, int64_t dim) {
-  ACME_CHECK_T(v.dim() >= 1, op, v, "expected v with at least one dimension, got a 0-dim tensor");
+  FL_CHECK_T(v.dim() >= 1, op, v, "expected v with at least one dimension, got a 0-dim tensor");
   // CPU and CUDA have no fused kernel for any other dim (torch._weight_norm
   // computes those with the composite v * (g / norm_except_dim(v, 2, dim)))
-  ACME_CHECK_T(dim == 0 || dim == v.dim() - 1, op, v,
+  FL_CHECK_T(dim == 0 || dim == v.dim() - 1, op, v,
                "dim must be the first (0) or the last (", v.dim() - 1,
                ") dimension of v, got ", dim, " (v of shape ", v.sizes(), ")");
   WNShape s;
@@ -64,13 +64,13 @@ WNShape wn_shape(const char* op, const at::Tensor& v, int64_t dim) {
 // g (and a backward's saved_norms) must hold one value per slice; CPU reads
 // them as K contiguous values without checking, here a wrong size is an error.
 void check_per_slice(const char* op, const at::Tensor& t, const WNShape& s, const char* arg) {
-  ACME_CHECK_T(t.numel() == s.K(), op, t, "expected ", arg, " with ", s.K(),
+  FL_CHECK_T(t.numel() == s.K(), op, t, "expected ", arg, " with ", s.K(),
                " elements (one per slice of v along dim ", s.first ? "0" : "-1", "), got shape ",
                t.sizes());
 }
 
 void check_same_dtype(const char* op, const at::Tensor& t, const at::Tensor& v, const char* arg) {
-  ACME_CHECK_T(t.scalar_type() == v.scalar_type(), op, t, "expected ", arg,
+  FL_CHECK_T(t.scalar_type() == v.scalar_type(), op, t, "expected ", arg,
                " to have v's dtype ", dtype_name(v.scalar_type()));
 }
 
@@ -153,7 +153,7 @@ void zero_on_device(const char* op, const at::Tensor& t) {
     return {w, norm};
   }
   nn::dispatch_compute(op, v, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(w, [op, s, v = DeviceTensor(v), g = DeviceTensor(g),
                w = DeviceTensor(w), norm = DeviceTensor(norm)] {
       auto x = nn::load<Acc>(op, v);
@@ -185,7 +185,7 @@ void zero_on_device(const char* op, const at::Tensor& t) {
   const char* op = "_weight_norm_interface_backward";
   const WNShape s = check_v_and_g(op, saved_v, saved_g, dim, "saved_g");
   check_same_dtype(op, grad_w, saved_v, "grad_w");
-  ACME_CHECK_T(grad_w.sizes().equals(saved_v.sizes()), op, grad_w, "expected grad_w of v's shape ",
+  FL_CHECK_T(grad_w.sizes().equals(saved_v.sizes()), op, grad_w, "expected grad_w of v's shape ",
                saved_v.sizes(), ", got ", grad_w.sizes());
   check_per_slice(op, saved_norms, s, "saved_norms");
   // the forward returns float32 norms for float16/bfloat16 (what CPU's kernel
@@ -193,7 +193,7 @@ void zero_on_device(const char* op, const at::Tensor& t) {
   const bool norms_ok = saved_norms.scalar_type() == saved_v.scalar_type() ||
                         (is_reduced(saved_v.scalar_type()) &&
                          saved_norms.scalar_type() == c10::ScalarType::Float);
-  ACME_CHECK_T(norms_ok, op, saved_norms, "expected saved_norms of dtype ",
+  FL_CHECK_T(norms_ok, op, saved_norms, "expected saved_norms of dtype ",
                dtype_name(is_reduced(saved_v.scalar_type()) ? c10::ScalarType::Float
                                                                 : saved_v.scalar_type()),
                " (as _weight_norm_interface returns them) for v of dtype ",
@@ -205,7 +205,7 @@ void zero_on_device(const char* op, const at::Tensor& t) {
     return {grad_v, grad_g};
   }
   nn::dispatch_compute(op, saved_v, [&](auto tag) {
-    using Acc = ACME_T(tag);
+    using Acc = FL_T(tag);
     launch(grad_v, [op, s, gw = DeviceTensor(grad_w), v = DeviceTensor(saved_v),
                     g = DeviceTensor(saved_g), norms = DeviceTensor(saved_norms),
                     grad_v = DeviceTensor(grad_v), grad_g = DeviceTensor(grad_g)] {

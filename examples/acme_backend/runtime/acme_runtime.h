@@ -266,7 +266,7 @@ acmeError_t acmeProfilerFlush(acmeActivity* out, size_t capacity, size_t* count)
 // ---- fault injection: a wrong kernel -----------------------------------------
 // Option "wrong_kernel" names a kernel (as launched: "k_mm") whose results are
 // deliberately wrong: acme's kernel library adds 1 to the first element each
-// such launch writes (kernels/common/device.h). "none" clears it. For testing
+// such launch writes (kernels/kernel_port.cpp: flsdk kernel_lib launch()). "none" clears it. For testing
 // tools that must find a wrong kernel (torch_fl.compare_model's bisection).
 // 1 when `name` is that kernel.
 int acmeKernelIsWrong(const char* name);

@@ -1,4 +1,4 @@
-"""Derive the coefficients of acme's float32 erfc (kernels/common/vec_math_impl.h, `erfc_`).
+"""Derive the coefficients of acme's float32 erfc (kernels/math/vec_math_impl.h, `erfc_`).
 
     python scripts/fit_erfc.py
 

@@ -1,5 +1,5 @@
 """acme's mid-size GEMMs are cut into blocks of C for the compute units
-(kernels/common/gemm.h, gemm_detail::cut): C's longer side in blocks whose length
+(kernels/math/gemm.h, gemm_detail::cut): C's longer side in blocks whose length
 depends on m, n, k only, one single-threaded BLAS call per block. Results must be
 bitwise equal whatever the unit count and close to CPU.
 

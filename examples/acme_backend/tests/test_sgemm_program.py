@@ -1,4 +1,4 @@
-"""acme's float32 GEMM kernel (examples/acme_backend/kernels/common/sgemm.h): build and
+"""acme's float32 GEMM kernel (examples/acme_backend/kernels/math/sgemm.h): build and
 run its standalone C++ test program (every operand layout against a
 double-precision reference, tiles' and k blocks' edges, beta == 0 with NaN in C,
 blocks of C cut anywhere having the bits of one call, and no read past an

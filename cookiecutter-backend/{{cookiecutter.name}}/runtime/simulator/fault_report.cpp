@@ -100,7 +100,7 @@ void report(const void* addr, const FaultSite& site) {
       t.add("the default stream");
     t.add(" of device ").dec(static_cast<std::uint64_t>(work->device));
     t.add(".\n  Launched work reaches device memory only through the device's view of an "
-          "address: runtime::device_ptr<T>(p) (runtime/launch.h), not the address itself.\n");
+          "address: DeviceTensor::data_ptr<T>() inside launch() (generated/kernel_lib/device.h), not the address itself.\n");
   } else if (const runtime::OpInfo* op = runtime::current_op()) {
     t.add("\n  while running ");
     add_op(t, op);

@@ -11,7 +11,7 @@
 
 #include <cblas.h>
 
-#include "parallel.h"
+#include "kernel_lib/parallel.h"
 #include "sgemm.h"
 
 #include <algorithm>
@@ -36,7 +36,7 @@ constexpr double kGemmThreadedMacs = 32.0 * 1024 * 1024;
 // Below kGemmThreadedMacs BLAS runs single-threaded (see gemm()); from
 // kGemmSplitMacs on, gemm() cuts C into blocks instead and runs one
 // single-threaded BLAS call per block on acme's compute units
-// (common/parallel.h). A block does at least kGemmBlockMacs multiply-adds
+// (kernel_lib/parallel.h). A block does at least kGemmBlockMacs multiply-adds
 // (a unit's wake-up must pay) and a product at most kGemmMaxBlocks blocks
 // (enough to balance a few units; each block repacks the operand it shares).
 constexpr double kGemmSplitMacs = 2.0 * 1024 * 1024;
@@ -99,7 +99,7 @@ inline int blas_max_threads() {
 }
 
 // Threads for a large GEMM: BLAS's own count, capped by torch's intra-op thread
-// setting (read process-wide, common/parallel.h) so torch.set_num_threads governs
+// setting (read process-wide, kernel_lib/parallel.h) so torch.set_num_threads governs
 // acme's kernels as it governs CPU ones.
 inline int default_threads() {
   return std::max(1, std::min(blas_max_threads(), acme::common::intra_op_threads()));

@@ -9,8 +9,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
-#include "device.h"
-#include "parallel.h"
+#include "kernel_lib/device.h"
+#include "kernel_lib/parallel.h"
 #include "vec_math.h"
 
 namespace acme::kernels {

@@ -1,7 +1,7 @@
-// Standalone tests of acme's float32 GEMM kernel (kernels/common/sgemm.h), built and
+// Standalone tests of acme's float32 GEMM kernel (kernels/math/sgemm.h), built and
 // run by tests/test_sgemm_program.py. Prints "PASS <name>" per test, or "SKIP"
 // when the CPU has no AVX-512F.
-#include "common/sgemm.h"
+#include "math/sgemm.h"
 
 #include <cmath>
 #include <cstdint>
