@@ -13,9 +13,12 @@
 //   its kernel, the address and the allocation it falls in (fault_report.cpp).
 //   `host` hands out readable addresses, as on an integrated chip;
 // * streams that are real queues: every stream, the default one included, has
-//   a worker thread; copies, fills, kernels and event records are queued and
-//   the call returns at once. Host memory a queued copy reads or writes is
-//   touched only when the worker reaches it;
+//   a worker thread; copies, fills, kernels and event records are queued (no
+//   lock: queueing costs the host what a driver's launch would) and the call
+//   returns at once. Host memory a queued copy reads or writes is touched only
+//   when the stream reaches it; a host thread that synchronizes runs the queued
+//   work itself, in order, while the worker is idle, as a real device would
+//   have picked it up without waiting for a sleeping thread;
 // * the slow device (<NAME>_SLOW_DEVICE=<microseconds>, or the runtime option
 //   slow_device): every piece of queued work waits that long before it runs, so
 //   a kernel that captures by reference or reads a result without waiting for
