@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import measure_interleaved  # noqa: E402
 
 TARGETS = {"tiny": 1.15, "train": 1.5, "pointwise": 1.5, "train_mt": 1.2, "host": 1.2, "models": 1.5,
-           "rnn": 1.2}
+           "rnn": 1.2, "kernels": 1.0}
 N = 1 << 20
 
 
@@ -98,6 +98,45 @@ def pointwise_ops(device):
     ops["atan2"] = lambda: torch.atan2(x, y)
     ops["mul_ (in place, scalar)"] = lambda: x.mul_(1.0)
     return {f"{k}": v for k, v in ops.items()}
+
+
+def kernel_ops(device):
+    """ViT-B/16-sized kernels (issue 39), what transformer train steps spend their
+    time in: 4 images of 197 tokens of 768, 12 heads of 64, an MLP of 3072. Each
+    forward, and the backward of the ones autograd calls a kernel of its own for."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+
+    def rand(*shape, grad=False):
+        t = torch.randn(*shape, generator=g).to(device)
+        return t.requires_grad_() if grad else t
+
+    x, w, b = rand(788, 768, grad=True), rand(3072, 768), rand(3072)
+    a, m = rand(788, 768), rand(768, 3072)
+    ln_x, ln_w, ln_b = rand(788, 768, grad=True), rand(768, grad=True), rand(768, grad=True)
+    att = rand(48, 197, 197, grad=True)
+    q, k, v = (rand(4, 12, 197, 64, grad=True) for _ in range(3))
+    grads = {"linear": rand(788, 3072), "ln": rand(788, 768), "softmax": rand(48, 197, 197),
+             "sdpa": rand(4, 12, 197, 64)}
+    ln_out = F.layer_norm(ln_x, (768,), ln_w, ln_b)
+    sm_out = att.softmax(-1)
+    sdpa_out = F.scaled_dot_product_attention(q, k, v)
+    lin_out = F.linear(x, w, b)
+
+    return {
+        "linear 788x768 -> 3072": lambda: F.linear(x.detach(), w, b),
+        "mm 788x768 @ 768x3072": lambda: torch.mm(a, m),
+        "bmm 48x197x64 @ 48x64x197": lambda: torch.bmm(q.detach().reshape(48, 197, 64),
+                                                       k.detach().reshape(48, 197, 64).transpose(1, 2)),
+        "layer_norm 788x768": lambda: F.layer_norm(ln_x.detach(), (768,), ln_w.detach(), ln_b.detach()),
+        "softmax 48x197x197": lambda: att.detach().softmax(-1),
+        "sdpa 4x12x197x64": lambda: F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach()),
+        "linear backward": lambda: torch.autograd.grad(lin_out, [x], grads["linear"], retain_graph=True),
+        "layer_norm backward": lambda: torch.autograd.grad(ln_out, [ln_x, ln_w, ln_b], grads["ln"],
+                                                           retain_graph=True),
+        "softmax backward": lambda: torch.autograd.grad(sm_out, [att], grads["softmax"], retain_graph=True),
+        "sdpa backward": lambda: torch.autograd.grad(sdpa_out, [q, k, v], grads["sdpa"], retain_graph=True),
+    }
 
 
 def train_steps(device):
@@ -246,6 +285,7 @@ GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 
     "host": (host_ops, (None, None), 1),  # host_time(): counted in calls, not seconds
     "models": (real_model_steps, (1.0, 0.1), 1),
     "rnn": (rnn_steps, (1.0, 0.1), 1),
+    "kernels": (kernel_ops, (0.5, 0.05), 1),
 }
 
 

@@ -20,7 +20,7 @@ def test_benchmark_smoke_run_reports_every_row(tmp_path, acme_backend):
     assert {"add (8 elems)", "matmul 1024x1024", "ResNet-18 train step (8x3x32x32, SGD)", "sin",
             "gelu", "hf-gpt2 train step", "tv-resnet18 train step", "nn-gru train step"} <= names
     assert {r["kind"] for r in rows} == {"tiny", "op", "pointwise", "train", "train_mt", "host", "models",
-                                         "rnn"}
+                                         "rnn", "kernels"}
     assert all(r["cpu_s"] > 0 and r["acme_s"] > 0 for r in rows)
     # The asynchronous picture: host waits per train step, by reason, for the two
     # train steps and the real-model set.

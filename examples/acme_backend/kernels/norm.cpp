@@ -346,30 +346,46 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     nn::Dense<Acc> w, b;
     if (weight.defined()) w = nn::load<Acc>(op, weight);
     if (bias.defined()) b = nn::load<Acc>(op, bias);
-    std::vector<Acc> mv(M), rv(M), xc(N);
+    std::vector<Acc> mv(M), rv(M);
     nn::OutBuf<Acc> ob(out);
     const Acc* wp = w.data();
     const Acc* bp = b.data();
-    for (int64_t r = 0; r < M; ++r) {
-      const Acc* p = x.data() + r * N;
-      // two passes over the row: mean, then the centred sum of squares
-      const Acc m = nn::lane_sum(p, N) / static_cast<Acc>(N);
-      for (int64_t i = 0; i < N; ++i) xc[i] = p[i] - m;
-      const Acc var = nn::lane_dot(xc.data(), xc.data(), N) / static_cast<Acc>(N);
-      const Acc is = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      mv[r] = m;
-      rv[r] = is;
-      Acc* o = ob.data() + r * N;
-      if (wp && bp) {
-        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i] + bp[i];
-      } else if (wp) {
-        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i];
-      } else if (bp) {
-        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is + bp[i];
-      } else {
-        for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is;
+    // Rows are independent: split over the compute units, each row's result
+    // the same whatever the split. float32 rows take the vector unit's row
+    // function (vec_math.h), the others the scalar loop below.
+    vec::LayerNormRowFn vec_row = nullptr;
+    if constexpr (std::is_same_v<Acc, float>) vec_row = vec::layer_norm_row_f32();
+    const int64_t grain = std::max<int64_t>(1, kGrainMath / std::max<int64_t>(N, 1));
+    parallel_for(M, grain, [&](int64_t r0, int64_t r1) {
+      if constexpr (std::is_same_v<Acc, float>) {
+        if (vec_row != nullptr) {
+          for (int64_t r = r0; r < r1; ++r)
+            vec_row(x.data() + r * N, wp, bp, ob.data() + r * N, N, eps, &mv[r], &rv[r]);
+          return;
+        }
       }
-    }
+      std::vector<Acc> xc(N);
+      for (int64_t r = r0; r < r1; ++r) {
+        const Acc* p = x.data() + r * N;
+        // two passes over the row: mean, then the centred sum of squares
+        const Acc m = nn::lane_sum(p, N) / static_cast<Acc>(N);
+        for (int64_t i = 0; i < N; ++i) xc[i] = p[i] - m;
+        const Acc var = nn::lane_dot(xc.data(), xc.data(), N) / static_cast<Acc>(N);
+        const Acc is = static_cast<Acc>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+        mv[r] = m;
+        rv[r] = is;
+        Acc* o = ob.data() + r * N;
+        if (wp && bp) {
+          for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i] + bp[i];
+        } else if (wp) {
+          for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is * wp[i];
+        } else if (bp) {
+          for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is + bp[i];
+        } else {
+          for (int64_t i = 0; i < N; ++i) o[i] = xc[i] * is;
+        }
+      }
+    });
     ob.finish(op);
     nn::store<Acc>(op, mv.data(), mean);
     nn::store<Acc>(op, rv.data(), rstd);
@@ -416,29 +432,42 @@ std::vector<int64_t> stat_shape(const at::Tensor& input, int64_t axis) {
     if (weight.defined()) w = nn::load<Acc>(op, weight);
     const Acc* wp = w.data();
     std::vector<Acc> dw(gw.defined() ? N : 0, Acc(0)), db(gb.defined() ? N : 0, Acc(0));
-    std::vector<Acc> xh(N), g(N);
     std::optional<nn::OutBuf<Acc>> ob;
     if (gi.defined() && gi.numel() > 0) ob.emplace(gi);
-    for (int64_t r = 0; r < M; ++r) {
-      const Acc* px = x.data() + r * N;
-      const Acc* pd = dy.data() + r * N;
-      const Acc m = mu.data()[r], is = rs.data()[r];
-      for (int64_t i = 0; i < N; ++i) xh[i] = (px[i] - m) * is;
-      if (!dw.empty())
-        for (int64_t i = 0; i < N; ++i) dw[i] += pd[i] * xh[i];
-      if (!db.empty())
-        for (int64_t i = 0; i < N; ++i) db[i] += pd[i];
-      if (ob) {
-        // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
-        if (wp) {
-          for (int64_t i = 0; i < N; ++i) g[i] = pd[i] * wp[i];
-        } else {
-          std::copy(pd, pd + N, g.begin());
+    // float32 rows on the vector unit (vec_math.h). dweight and dbias sum over
+    // the rows in row order, so rows are not split over units here.
+    vec::LayerNormBackwardRowFn vec_row = nullptr;
+    if constexpr (std::is_same_v<Acc, float>) vec_row = vec::layer_norm_backward_row_f32();
+    if (vec_row != nullptr) {
+      if constexpr (std::is_same_v<Acc, float>) {
+        for (int64_t r = 0; r < M; ++r)
+          vec_row(x.data() + r * N, dy.data() + r * N, wp, mu.data()[r], rs.data()[r],
+                  ob ? ob->data() + r * N : nullptr, dw.empty() ? nullptr : dw.data(),
+                  db.empty() ? nullptr : db.data(), N);
+      }
+    } else {
+      std::vector<Acc> xh(N), g(N);
+      for (int64_t r = 0; r < M; ++r) {
+        const Acc* px = x.data() + r * N;
+        const Acc* pd = dy.data() + r * N;
+        const Acc m = mu.data()[r], is = rs.data()[r];
+        for (int64_t i = 0; i < N; ++i) xh[i] = (px[i] - m) * is;
+        if (!dw.empty())
+          for (int64_t i = 0; i < N; ++i) dw[i] += pd[i] * xh[i];
+        if (!db.empty())
+          for (int64_t i = 0; i < N; ++i) db[i] += pd[i];
+        if (ob) {
+          // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w
+          if (wp) {
+            for (int64_t i = 0; i < N; ++i) g[i] = pd[i] * wp[i];
+          } else {
+            std::copy(pd, pd + N, g.begin());
+          }
+          const Acc a = nn::lane_sum(g.data(), N) / static_cast<Acc>(N);
+          const Acc c = nn::lane_dot(g.data(), xh.data(), N) / static_cast<Acc>(N);
+          Acc* o = ob->data() + r * N;
+          for (int64_t i = 0; i < N; ++i) o[i] = is * (g[i] - a - xh[i] * c);
         }
-        const Acc a = nn::lane_sum(g.data(), N) / static_cast<Acc>(N);
-        const Acc c = nn::lane_dot(g.data(), xh.data(), N) / static_cast<Acc>(N);
-        Acc* o = ob->data() + r * N;
-        for (int64_t i = 0; i < N; ++i) o[i] = is * (g[i] - a - xh[i] * c);
       }
     }
     if (ob) ob->finish(op);

@@ -54,6 +54,19 @@ enum class Row : int {
   LogSoftmax,  // out = x - max - log(sum)
 };
 
+// One layer-norm row of n contiguous floats: its mean, the centred sum of
+// squares (a second pass), rstd = 1 / sqrt(var + eps) (in double, as the scalar
+// loop), then out = (x - mean) * rstd * weight + bias (weight, bias: n floats or
+// null).
+using LayerNormRowFn = void (*)(const float* x, const float* weight, const float* bias, float* out,
+                                int64_t n, double eps, float* mean, float* rstd);
+// Its backward for one row: dweight += dy * xhat and dbias += dy (each n floats
+// or null), and dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy *
+// weight (dx null: not wanted; weight null: g = dy).
+using LayerNormBackwardRowFn = void (*)(const float* x, const float* dy, const float* weight,
+                                        float mean, float rstd, float* dx, float* dweight,
+                                        float* dbias, int64_t n);
+
 using UnaryFn = void (*)(Unary op, const float* in, float* out, int64_t n, float p0, float p1);
 using RowFn = void (*)(Row op, const float* in, float* out, int64_t n);
 using BinaryFn = void (*)(Binary op, const float* a, const float* b, float* out, int64_t n);
@@ -65,6 +78,16 @@ void binary_f32_avx512(Binary op, const float* a, const float* b, float* out, in
 void binary_f32_avx2(Binary op, const float* a, const float* b, float* out, int64_t n);
 void row_f32_avx512(Row op, const float* in, float* out, int64_t n);
 void row_f32_avx2(Row op, const float* in, float* out, int64_t n);
+void layer_norm_row_f32_avx512(const float* x, const float* weight, const float* bias, float* out,
+                               int64_t n, double eps, float* mean, float* rstd);
+void layer_norm_row_f32_avx2(const float* x, const float* weight, const float* bias, float* out,
+                             int64_t n, double eps, float* mean, float* rstd);
+void layer_norm_backward_row_f32_avx512(const float* x, const float* dy, const float* weight,
+                                        float mean, float rstd, float* dx, float* dweight,
+                                        float* dbias, int64_t n);
+void layer_norm_backward_row_f32_avx2(const float* x, const float* dy, const float* weight,
+                                      float mean, float rstd, float* dx, float* dweight,
+                                      float* dbias, int64_t n);
 
 // 2 = AVX-512 (F, BW, VL, DQ), 1 = AVX2 + FMA, 0 = neither (scalar loops): the
 // best this CPU has, unless ACME_ISA or the runtime option "isa" chose a lower
@@ -83,6 +106,22 @@ inline RowFn row_f32() {
   switch (host_isa()) {
     case 2: return &row_f32_avx512;
     case 1: return &row_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+inline LayerNormRowFn layer_norm_row_f32() {
+  switch (host_isa()) {
+    case 2: return &layer_norm_row_f32_avx512;
+    case 1: return &layer_norm_row_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+inline LayerNormBackwardRowFn layer_norm_backward_row_f32() {
+  switch (host_isa()) {
+    case 2: return &layer_norm_backward_row_f32_avx512;
+    case 1: return &layer_norm_backward_row_f32_avx2;
     default: return nullptr;
   }
 }

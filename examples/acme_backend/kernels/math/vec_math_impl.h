@@ -289,6 +289,8 @@ void ACME_VEC_NAME(binary_f32_)(Binary op, const float* a, const float* b, float
   }
 }
 
+namespace {  // inline helpers differ per instruction set: never shared by the linker
+
 // A row's vectors, the partial last one filled with `pad` past the row's end.
 inline V row_vector(const float* p, int64_t i, int64_t n, float pad) {
   constexpr int64_t w = V::size();
@@ -296,6 +298,8 @@ inline V row_vector(const float* p, int64_t i, int64_t n, float pad) {
   const int r = static_cast<int>(n - i);
   return V::set(V(pad), V::loadu(p + i, r), r);
 }
+
+}  // namespace
 
 void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
   constexpr int64_t w = V::size();
@@ -324,6 +328,91 @@ void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
     loop1(out, out, n, [v = V(inv)](V e) { return e * v; });
   } else {
     loop1(in, out, n, [mx = V(mx), lse = V(std::log(sum))](V x) { return x - mx - lse; });
+  }
+}
+
+namespace {  // per instruction set: each vec_math_<isa>.cpp has its own copy
+
+// Lanes of a vector summed in lane order: one fixed order, so a row's result
+// does not depend on anything but its values.
+inline float lanes_sum(V v) {
+  constexpr int64_t w = V::size();
+  float lanes[w];
+  v.store(lanes);
+  float s = 0.f;
+  for (int64_t j = 0; j < w; ++j) s += lanes[j];
+  return s;
+}
+
+// A row's vector at i, the partial last one read as zeros past the row's end.
+inline V load_or_zero(const float* p, int64_t i, int64_t n) {
+  constexpr int64_t w = V::size();
+  return i + w <= n ? V::loadu(p + i) : V::loadu(p + i, static_cast<int>(n - i));
+}
+
+inline void store_part(V v, float* p, int64_t i, int64_t n) {
+  constexpr int64_t w = V::size();
+  if (i + w <= n) v.store(p + i);
+  else v.store(p + i, static_cast<int>(n - i));
+}
+
+}  // namespace
+
+void ACME_VEC_NAME(layer_norm_row_f32_)(const float* x, const float* weight, const float* bias,
+                                        float* out, int64_t n, double eps, float* mean,
+                                        float* rstd) {
+  constexpr int64_t w = V::size();
+  V vs(0.f);
+  for (int64_t i = 0; i < n; i += w) vs = vs + load_or_zero(x, i, n);
+  const float m = lanes_sum(vs) / static_cast<float>(n);
+  // the centred sum of squares, a second pass (as the scalar loop: no
+  // cancellation of E[x^2] - E[x]^2); the tail's padding is the mean itself
+  const V vm(m);
+  V vq(0.f);
+  for (int64_t i = 0; i < n; i += w) {
+    const V d = row_vector(x, i, n, m) - vm;
+    vq = at::vec::fmadd(d, d, vq);
+  }
+  const float var = lanes_sum(vq) / static_cast<float>(n);
+  const float is = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+  *mean = m;
+  *rstd = is;
+  const V vis(is);
+  for (int64_t i = 0; i < n; i += w) {
+    V y = (load_or_zero(x, i, n) - vm) * vis;
+    if (weight) y = y * load_or_zero(weight, i, n);
+    if (bias) y = y + load_or_zero(bias, i, n);
+    store_part(y, out, i, n);
+  }
+}
+
+void ACME_VEC_NAME(layer_norm_backward_row_f32_)(const float* x, const float* dy,
+                                                 const float* weight, float m, float is,
+                                                 float* dx, float* dweight, float* dbias,
+                                                 int64_t n) {
+  constexpr int64_t w = V::size();
+  const V vm(m), vis(is);
+  V vg(0.f), vgx(0.f);
+  for (int64_t i = 0; i < n; i += w) {
+    const V d = load_or_zero(dy, i, n);
+    const V xh = (load_or_zero(x, i, n) - vm) * vis;
+    if (dweight) store_part(at::vec::fmadd(d, xh, load_or_zero(dweight, i, n)), dweight, i, n);
+    if (dbias) store_part(load_or_zero(dbias, i, n) + d, dbias, i, n);
+    if (dx) {
+      const V g = weight ? d * load_or_zero(weight, i, n) : d;
+      vg = vg + g;
+      vgx = at::vec::fmadd(g, xh, vgx);
+    }
+  }
+  if (!dx) return;
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight
+  const V a(lanes_sum(vg) / static_cast<float>(n));
+  const V c(lanes_sum(vgx) / static_cast<float>(n));
+  for (int64_t i = 0; i < n; i += w) {
+    const V d = load_or_zero(dy, i, n);
+    const V xh = (load_or_zero(x, i, n) - vm) * vis;
+    const V g = weight ? d * load_or_zero(weight, i, n) : d;
+    store_part(vis * (g - a - xh * c), dx, i, n);
   }
 }
 
