@@ -17,6 +17,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
@@ -263,7 +264,8 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return strided_on_cpu_or_device(self) && strided_on_cpu_or_device(from);
 }
 
-// Scaled-dot-product attention asks the backend which fused kernel to use.
+// Scaled-dot-product attention asks the backend which fused kernel to use
+// (through the dispatch stub registered at the end of this file, and the op).
 // With the vendor's fused kernels (forward and backward) native, attention
 // without dropout goes to them (SDPBackend::overrideable); otherwise the math
 // path, composed of ops this backend implements.
@@ -349,3 +351,11 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
 }
 
 }  // namespace FLSDK_BACKEND_NS
+
+// ATen's scaled_dot_product_attention asks a PrivateUse1 device for its choice
+// through this dispatch stub, not through the _fused_sdp_choice op registered
+// above (which torch.compile and direct callers use): without it the math path
+// ran even with the vendor's fused kernels native.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &FLSDK_BACKEND_NS::fused_sdp_choice)
+}  // namespace at::native

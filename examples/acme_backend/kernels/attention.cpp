@@ -11,6 +11,7 @@
 // is rejected with a clear error.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 
 #include "kernel_lib/dense.h"
 #include "kernel_lib/device.h"
@@ -18,6 +19,7 @@
 #include "math/nn_math.h"
 #include "kernels.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -30,6 +32,25 @@ using namespace acme::common;
 
 namespace {
 using nn::Mat;
+
+// A tensor of `shape` whose dims are laid out in the order of `query`'s strides
+// (query's own layout when the shapes agree): what PyTorch's meta kernels of the
+// overrideable attention ops promise, so torch.compile's stride checks hold
+// (attention called on heads split from a (B, L, H*E) projection, a transposed view).
+at::Tensor like_query_layout(const at::Tensor& query, c10::IntArrayRef shape) {
+  const int64_t nd = query.dim();
+  std::vector<int64_t> order(static_cast<size_t>(nd));
+  for (int64_t d = 0; d < nd; ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
+  std::vector<int64_t> strides(static_cast<size_t>(nd));
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[static_cast<size_t>(*it)] = stride;
+    stride *= std::max<int64_t>(shape[static_cast<size_t>(*it)], 1);
+  }
+  return at::empty_strided(shape, strides, query.options());
+}
 
 struct AttnShape {
   int64_t B, H, L, S, E, Ev;
@@ -113,7 +134,7 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
   FL_CHECK(!return_debug_mask, op, "return_debug_mask is not supported");
   const at::Tensor bias = attn_bias.has_value() ? *attn_bias : at::Tensor();
   const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
-  at::Tensor out = at::empty({s.B, s.H, s.L, s.Ev}, query.options());
+  at::Tensor out = like_query_layout(query, {s.B, s.H, s.L, s.Ev});
   at::Tensor lse = at::empty({s.B, s.H, s.L}, query.options().dtype(c10::ScalarType::Float));
   const auto lopt = query.options().dtype(c10::ScalarType::Long);
   at::Tensor none = at::empty({0}, lopt);
@@ -169,7 +190,9 @@ k__scaled_dot_product_fused_attention_overrideable(const at::Tensor& query, cons
     });
   }
   at::Tensor debug = at::empty({0}, query.options());
-  return {out, lse, none, none, c10::SymInt(s.L), c10::SymInt(s.S), none, none, debug};
+  // seed and offset as 0-dim tensors, as the meta kernel (no dropout: never read)
+  at::Tensor seed = at::empty({}, lopt), offset = at::empty({}, lopt);
+  return {out, lse, none, none, c10::SymInt(s.L), c10::SymInt(s.S), seed, offset, debug};
 }
 
 ::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -193,9 +216,10 @@ k__scaled_dot_product_fused_attention_overrideable_backward(
   const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(s.E));
   const bool bias_on = has_bias(attn_bias);
   at::Tensor gq, gk, gv, gb;
-  if (grad_input_mask[0]) gq = at::empty(query.sizes(), query.options());
-  if (grad_input_mask[1]) gk = at::empty(key.sizes(), key.options());
-  if (grad_input_mask[2]) gv = at::empty(value.sizes(), value.options());
+  // each gradient in its input's layout, as PyTorch's meta kernel (torch.compile) says
+  if (grad_input_mask[0]) gq = like_query_layout(query, query.sizes());
+  if (grad_input_mask[1]) gk = like_query_layout(key, key.sizes());
+  if (grad_input_mask[2]) gv = like_query_layout(value, value.sizes());
   const bool want_gb = grad_input_mask[3] && bias_on;
   if (want_gb) {
     FL_CHECK_T(attn_bias.scalar_type() != c10::ScalarType::Bool, op, attn_bias,
