@@ -118,7 +118,9 @@ at::Tensor pad_backward(const char* name, const at::Tensor& grad, const at::Tens
     const int64_t d = self.dim() - 1 - i;
     idx.push_back(pad_index(self.size(d), padding[2 * i], padding[2 * i + 1], reflect, name));
   }
-  at::Tensor g = grad;
+  // float16/bfloat16 gradients add up in float32, rounded once at the end (as the CPU accumulates)
+  const bool narrow = grad.scalar_type() == at::kHalf || grad.scalar_type() == at::kBFloat16;
+  at::Tensor g = narrow ? grad.to(at::kFloat) : grad;
   for (int64_t i = dims - 1; i >= 0; --i) {
     const int64_t d = self.dim() - 1 - i;
     std::vector<int64_t> s = g.sizes().vec();
@@ -126,7 +128,7 @@ at::Tensor pad_backward(const char* name, const at::Tensor& grad, const at::Tens
     const at::Tensor index = at::tensor(idx[i], at::TensorOptions().dtype(at::kLong)).to(g.device());
     g = at::index_add(at::zeros(s, g.options()), d, index, g);
   }
-  return g;
+  return narrow ? g.to(grad.scalar_type()) : g;
 }
 
 }  // namespace

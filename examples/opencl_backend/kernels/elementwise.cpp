@@ -101,6 +101,7 @@ runtime::KernelArg ct_arg(const std::string& ct, const at::Scalar& s) {
 at::Scalar as_dtype(const at::Scalar& s, at::ScalarType t) {
   if (s.isBoolean()) return s;
   switch (t) {
+    case at::kBool: return at::Scalar(s.toDouble() != 0.0);  // 0.5 is true, as the CPU's cast
     case at::kHalf: return at::Scalar(static_cast<double>(static_cast<float>(c10::Half(static_cast<float>(s.toDouble())))));
     case at::kBFloat16:
       return at::Scalar(static_cast<double>(static_cast<float>(c10::BFloat16(static_cast<float>(s.toDouble())))));

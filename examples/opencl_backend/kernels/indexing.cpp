@@ -159,7 +159,7 @@ void scatter_into(const char* name, at::Tensor& dst, int64_t dim, const at::Tens
 
 at::Tensor k_gather(const at::Tensor & self, int64_t dim, const at::Tensor & index, bool sparse_grad) {
   (void)sparse_grad;
-  TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
   const at::Tensor s = as_1d(self), i = as_1d(index.to(self.device()));
   const int64_t d = c10::maybe_wrap_dim(dim, s.dim());
   TORCH_CHECK(i.dim() == s.dim() || index.numel() == 0, "Index tensor must have the same number of dimensions as "
@@ -184,7 +184,7 @@ at::Tensor k_gather(const at::Tensor & self, int64_t dim, const at::Tensor & ind
 }
 
 at::Tensor k_scatter_src(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Tensor & src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
   TORCH_CHECK(src.scalar_type() == self.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
   at::Tensor out = self.clone();
   if (index.numel()) scatter_into("scatter.src", out, dim, index, src, false, false);
@@ -192,7 +192,7 @@ at::Tensor k_scatter_src(const at::Tensor & self, int64_t dim, const at::Tensor 
 }
 
 at::Tensor k_scatter_value(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Scalar & value) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
   at::Tensor out = self.clone();
   if (index.numel())
     scatter_into("scatter.value", out, dim, index, device_scalar(self, value).expand(as_1d(index).sizes()), false,
@@ -201,7 +201,8 @@ at::Tensor k_scatter_value(const at::Tensor & self, int64_t dim, const at::Tenso
 }
 
 at::Tensor k_scatter_add(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Tensor & src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter_add(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong,
+              "scatter_add(): Expected dtype int64 for index");
   TORCH_CHECK(src.scalar_type() == self.scalar_type(), "scatter_add(): Expected self.dtype to be equal to src.dtype");
   at::Tensor out = self.clone();
   if (index.numel()) scatter_into("scatter_add", out, dim, index, src, false, true);

@@ -205,7 +205,7 @@ void reduce_rows(BUF(uchar, out), BUF(uchar, out2), BUF(const uchar, in), ulong 
   STORE(o, row, var);
 #endif
 #ifdef OUT2_T
-  STORE2((__global OUT2_T*)AT(uchar, out2), row, r.a);
+  STORE2((__global OUT2_T*)AT(uchar, out2), row, r.i ? r.a : NAN);  // the mean of nothing is NaN
 #endif
 #elif defined(RED_logsumexp)
   STORE(o, row, isinf(r.a) || isnan(r.a) ? r.a : r.a + log(r.b));
