@@ -7,8 +7,16 @@
 #include "kernels.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/floor_divide.h>
+#include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/remainder.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/sub.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include <algorithm>
@@ -159,8 +167,10 @@ void scatter_into(const char* name, at::Tensor& dst, int64_t dim, const at::Tens
 
 at::Tensor k_gather(const at::Tensor & self, int64_t dim, const at::Tensor & index, bool sparse_grad) {
   (void)sparse_grad;
-  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
-  const at::Tensor s = as_1d(self), i = as_1d(index.to(self.device()));
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "gather(): Expected dtype int32/int64 for index");
+  const at::Tensor s = as_1d(self);
+  const at::Tensor i = as_1d(index.numel() ? long_index("gather", index, self) : index.to(self.device(), at::kLong));
   const int64_t d = c10::maybe_wrap_dim(dim, s.dim());
   TORCH_CHECK(i.dim() == s.dim() || index.numel() == 0, "Index tensor must have the same number of dimensions as "
               "input tensor");
@@ -184,7 +194,8 @@ at::Tensor k_gather(const at::Tensor & self, int64_t dim, const at::Tensor & ind
 }
 
 at::Tensor k_scatter_src(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Tensor & src) {
-  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "scatter(): Expected dtype int32/int64 for index");
   TORCH_CHECK(src.scalar_type() == self.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
   at::Tensor out = self.clone();
   if (index.numel()) scatter_into("scatter.src", out, dim, index, src, false, false);
@@ -192,7 +203,8 @@ at::Tensor k_scatter_src(const at::Tensor & self, int64_t dim, const at::Tensor 
 }
 
 at::Tensor k_scatter_value(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Scalar & value) {
-  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "scatter(): Expected dtype int32/int64 for index");
   at::Tensor out = self.clone();
   if (index.numel())
     scatter_into("scatter.value", out, dim, index, device_scalar(self, value).expand(as_1d(index).sizes()), false,
@@ -201,8 +213,8 @@ at::Tensor k_scatter_value(const at::Tensor & self, int64_t dim, const at::Tenso
 }
 
 at::Tensor k_scatter_add(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Tensor & src) {
-  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong,
-              "scatter_add(): Expected dtype int64 for index");
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "scatter_add(): Expected dtype int32/int64 for index");
   TORCH_CHECK(src.scalar_type() == self.scalar_type(), "scatter_add(): Expected self.dtype to be equal to src.dtype");
   at::Tensor out = self.clone();
   if (index.numel()) scatter_into("scatter_add", out, dim, index, src, false, true);
@@ -427,6 +439,42 @@ at::Tensor k_index_put(const at::Tensor & self, const c10::List<::std::optional<
   at::Tensor out = self.clone();
   k__index_put_impl_(out, indices, values, accumulate, false);
   return out;
+}
+
+at::Tensor k_nonzero(const at::Tensor & self) {
+  // positions of the nonzero elements in order: their count (the host waits for
+  // it: the result's shape depends on the data, as on CUDA), each one's slot from
+  // a running count, the flat indices put into their slots, then unravelled
+  const int64_t nd = self.dim();
+  const int64_t n = self.numel();
+  const at::TensorOptions lopt = self.options().dtype(at::kLong);
+  if (n == 0) return at::empty({0, nd}, lopt);
+  const at::Tensor mask = at::ne(self.reshape({-1}), 0);
+  const at::Tensor slot = at::cumsum(mask, 0, at::kLong);
+  const int64_t count = slot[n - 1].item().toLong();
+  // the slots of zeros go to a spare last element
+  const at::Tensor where_to = at::where(mask, at::sub(slot, 1), at::scalar_tensor(count, at::kLong));
+  at::Tensor flat = at::empty({count + 1}, lopt);
+  flat = k_put(flat, where_to, at::arange(n, lopt), false).narrow(0, 0, count);
+  if (nd == 0) return at::empty({count, 0}, lopt);
+  std::vector<at::Tensor> coords;
+  int64_t stride = 1;
+  std::vector<int64_t> strides(static_cast<std::size_t>(nd));
+  for (int64_t d = nd - 1; d >= 0; --d) {
+    strides[static_cast<std::size_t>(d)] = stride;
+    stride *= self.size(d);
+  }
+  for (int64_t d = 0; d < nd; ++d)
+    coords.push_back(at::remainder(at::floor_divide(flat, strides[static_cast<std::size_t>(d)]), self.size(d)));
+  return at::stack(coords, 1);
+}
+
+at::Tensor k_masked_select(const at::Tensor & self, const at::Tensor & mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  const at::Tensor m = mask.to(self.device()).expand(shape).reshape({-1});
+  const at::Tensor at_ = k_nonzero(m).reshape({-1});
+  return k_take(self.expand(shape), at_);
 }
 
 }  // namespace ocl::kernels
