@@ -80,12 +80,14 @@ def _parts(declaration: str, kernel: str) -> tuple[str, str]:
 def _return_type(text: str, name_start: int) -> str:
     """The return type written before a definition's name, which may span lines
     (`::std::tuple<at::Tensor,\n at::Tensor>`): the text back to the end of the
-    previous declaration, comment or preprocessor line."""
+    previous declaration, comment or preprocessor line (a line's own trailing
+    comment does not count: `}  // namespace` ends a block)."""
     lines = text[:name_start].split("\n")
     taken = [lines.pop()]
     while lines:
         prev = lines[-1].strip()
-        if not prev or prev.endswith((";", "}", "{", "*/")) or prev.startswith(("#", "//")):
+        code = prev.split("//", 1)[0].strip()
+        if not code or code.endswith((";", "}", "{", "*/")) or prev.startswith(("#", "//")):
             break
         taken.insert(0, lines.pop())
     return " ".join(part.strip() for part in taken).strip()

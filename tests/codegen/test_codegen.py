@@ -444,3 +444,7 @@ def test_a_kernel_with_another_signature_is_named_before_any_compiler_runs(backe
     kernel.write_text('#include "kernels.h"\nnamespace zeta::kernels {\n\n::at::Tensor\n'
                       "k_relu(const ::at::Tensor &x) {\n  return x;\n}\n}\n")
     assert generate(backend).mismatches == []
+    # right after a block closed on a line with a trailing comment: that line is not part of the type
+    kernel.write_text('#include "kernels.h"\nnamespace zeta::kernels {\nnamespace {\nint helper() { return 1; }\n'
+                      "}  // namespace\nat::Tensor k_relu(const at::Tensor & self) {\n  return self;\n}\n}\n")
+    assert generate(backend).mismatches == []

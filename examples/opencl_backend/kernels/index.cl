@@ -1,17 +1,4 @@
-// Indexing: index_select, embedding's backward, bitwise_not.
-
-// out [outer, K, inner] = in [outer, D, inner] at index[k] along the middle dim
-// (contiguous views; an index out of [0, D) reads nothing and writes 0: the
-// host part checked the indices' range is not possible without a wait, as on CUDA).
-__kernel void index_select_f32(BUF(float, out), BUF(const float, in), BUF(const long, index), long outer, long D,
-                               long K, long inner) {
-  const long i = get_global_id(0);
-  if (i >= outer * K * inner) return;
-  const long o = i / (K * inner), k = (i / inner) % K, r = i % inner;
-  long at = AT(const long, index)[k];
-  if (at < 0) at += D;  // negative indices count from the end, as torch allows
-  AT(float, out)[i] = (at >= 0 && at < D) ? AT(const float, in)[(o * D + at) * inner + r] : 0.0f;
-}
+// Indexing: embedding's backward.
 
 inline void atomic_add_f32_idx(volatile __global float* at, float v) {
   union { unsigned int u; float f; } old, next;
@@ -43,20 +30,4 @@ __kernel void embedding_backward_f32(BUF(float, grad_weight), BUF(const float, g
   float g = AT(const float, grad)[i];
   if (scale) g /= (float)AT(const int, counts)[t];
   atomic_add_f32_idx(AT(float, grad_weight) + t * dim + c, g);
-}
-
-__kernel void bitwise_not_bool(BUF(uchar, out), BUF(const uchar, x), Layout L, ulong n) {
-  const ulong i = get_global_id(0);
-  if (i >= n) return;
-  long o, a, b;
-  layout_offsets(&L, i, &o, &a, &b);
-  AT(uchar, out)[i] = AT(const uchar, x)[a] ? 0 : 1;
-}
-
-__kernel void bitwise_not_i64(BUF(long, out), BUF(const long, x), Layout L, ulong n) {
-  const ulong i = get_global_id(0);
-  if (i >= n) return;
-  long o, a, b;
-  layout_offsets(&L, i, &o, &a, &b);
-  AT(long, out)[i] = ~AT(const long, x)[a];
 }

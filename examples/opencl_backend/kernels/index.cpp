@@ -1,4 +1,4 @@
-// Host parts of cat, index_select, embedding_dense_backward and bitwise_not
+// Host parts of cat and embedding_dense_backward
 // (device parts: kernels/index.cl; cat is device copies into views of its result).
 #include "kernels.h"
 
@@ -42,31 +42,6 @@ at::Tensor k_cat(const at::ITensorListRef & tensors, int64_t dim) {
   return out;
 }
 
-at::Tensor k_index_select(const at::Tensor & self, int64_t dim, const at::Tensor & index) {
-  TORCH_CHECK(index.dim() <= 1, "ocl: index_select: index must be 0-D or 1-D, got ", index.dim(), "-D");
-  TORCH_CHECK(index.scalar_type() == at::kLong, "ocl: index_select: index must be int64 for the OpenCL kernel, got ",
-              index.scalar_type());
-  TORCH_CHECK(self.scalar_type() == at::kFloat, "ocl: index_select: the OpenCL kernel computes float32 only, got ",
-              self.scalar_type());
-  const int64_t nd = self.dim();
-  const int64_t d = c10::maybe_wrap_dim(dim, std::max<int64_t>(nd, 1));
-  at::Tensor x = (nd ? self : self.reshape({1})).contiguous();
-  const int64_t K = index.numel();
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape[d] = K;
-  int64_t outer = 1, inner = 1;
-  for (int64_t j = 0; j < d; ++j) outer *= x.size(j);
-  for (int64_t j = d + 1; j < x.dim(); ++j) inner *= x.size(j);
-  at::Tensor out = at::empty(shape, x.options());
-  at::Tensor idx = index.device() == x.device() ? index.contiguous() : index.to(x.device());
-  if (out.numel())
-    launch("index_select", out.device().index(), "kernels/index.cl", "index_select_f32",
-           runtime::Range1D(static_cast<std::size_t>(out.numel())),
-           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
-            runtime::buffer_arg(idx.const_data_ptr()), runtime::value_arg(outer), runtime::value_arg(x.size(d)),
-            runtime::value_arg(K), runtime::value_arg(inner)});
-  return nd ? out : out.reshape({});  // a 0-dim input gives a 0-dim result, as on the CPU
-}
 
 at::Tensor k_embedding_dense_backward(const at::Tensor & grad_output, const at::Tensor & indices,
                                       int64_t num_weights, int64_t padding_idx, bool scale_grad_by_freq) {
@@ -95,19 +70,5 @@ at::Tensor k_embedding_dense_backward(const at::Tensor & grad_output, const at::
   return grad_w;
 }
 
-at::Tensor k_bitwise_not(const at::Tensor & self) {
-  const bool is_bool = self.scalar_type() == at::kBool;
-  TORCH_CHECK(is_bool || self.scalar_type() == at::kLong, "ocl: bitwise_not: the OpenCL kernels compute bool and "
-              "int64, got ", self.scalar_type());
-  at::Tensor out = at::empty(self.sizes(), self.options());
-  const int64_t n = out.numel();
-  if (n == 0) return out;
-  const runtime::Layout L = broadcast_layout("bitwise_not", self.sizes(), {&self});
-  launch("bitwise_not", out.device().index(), "kernels/index.cl", is_bool ? "bitwise_not_bool" : "bitwise_not_i64",
-         runtime::Range1D(static_cast<std::size_t>(n)),
-         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(self.const_data_ptr()), runtime::value_arg(L),
-          runtime::value_arg<std::uint64_t>(n)});
-  return out;
-}
 
 }  // namespace ocl::kernels

@@ -1,0 +1,35 @@
+// Op table of the compare op spec family (flsdk's opspec/compare.yaml) for
+// kernels/elementwise.cl: comparisons in the operands' common type (CT), logical
+// ops and predicates; every EXPR yields RT (long) 0 or 1, stored as bool.
+
+#if defined(OP_eq)
+#define EXPR ((RT)(a == b))
+#elif defined(OP_ne)
+#define EXPR ((RT)(a != b))
+#elif defined(OP_lt)
+#define EXPR ((RT)(a < b))
+#elif defined(OP_le)
+#define EXPR ((RT)(a <= b))
+#elif defined(OP_gt)
+#define EXPR ((RT)(a > b))
+#elif defined(OP_ge)
+#define EXPR ((RT)(a >= b))
+#elif defined(OP_logical_and)
+#define EXPR ((RT)(a != 0 && b != 0))
+#elif defined(OP_logical_or)
+#define EXPR ((RT)(a != 0 || b != 0))
+#elif defined(OP_logical_xor)
+#define EXPR ((RT)((a != 0) != (b != 0)))
+#elif defined(OP_logical_not)
+#define EXPR ((RT)(a == 0))
+#elif CT_FLOAT && defined(OP_isnan)
+#define EXPR ((RT)(isnan(a) != 0))
+#elif CT_FLOAT && defined(OP_isinf)
+#define EXPR ((RT)(isinf(a) != 0))
+#elif CT_FLOAT && defined(OP_isposinf)
+#define EXPR ((RT)(isinf(a) && a > 0))
+#elif CT_FLOAT && defined(OP_isneginf)
+#define EXPR ((RT)(isinf(a) && a < 0))
+#elif defined(OP_isnan) || defined(OP_isinf) || defined(OP_isposinf) || defined(OP_isneginf)
+#define EXPR ((RT)0)  /* integers are finite */
+#endif
