@@ -16,7 +16,10 @@ Used by test_real_models.py, and runnable as a survey that prints, per model
 and precision (float32, bf16 and fp16 autocast), pass / first error line / ops
 on the CPU fallback, and the differences from the CPU (docs/real-models.md):
 
-    python examples/acme_backend/tests/real_model_zoo.py [--compile] [name ...]
+    python examples/acme_backend/tests/real_model_zoo.py [--compile] [--device NAME] [--float32] [name ...]
+
+--device runs the survey on another flsdk backend's device (the OpenCL example's
+`ocl`, say; default acme), --float32 leaves out the autocast columns.
 
 With --compile each step runs through torch.compile(model) (default backend,
 caches disabled) and the cell adds how many graphs, graph breaks and acme
@@ -704,7 +707,7 @@ def _survey_one(case: Case, device: str, autocast, compile_model: bool = False) 
     e_dev, e_cpu = grad_errors(dev.grads, ref.grads), grad_errors(cpu.grads, ref.grads)
     worst = max(e_dev, key=lambda n: e_dev[n] / (e_cpu[n] + 1e-6))
     verdict = (f"loss {dev.loss:.4f} vs cpu {cpu.loss:.4f} (rel {rel:.1e}); grad err vs float64: "
-               f"acme {max(e_dev.values()):.1e}, cpu {max(e_cpu.values()):.1e}; worst ratio "
+               f"{device} {max(e_dev.values()):.1e}, cpu {max(e_cpu.values()):.1e}; worst ratio "
                f"{e_dev[worst]:.1e}/{e_cpu[worst]:.1e} ({worst})")
     return ("pass; " if not fb else "runs; fallback: " + _fb(fb) + "; ") + verdict + note
 
@@ -723,13 +726,19 @@ def main(argv: list[str]) -> None:
 
         inductor_config.force_disable_caches = True
         torch._dynamo.config.allow_rnn = True  # as test_real_models_compile.py: RNNs compiled too
-    names = [a for a in argv if a != "--compile"] or list(CASES)
-    print("| model | float32 | bf16 autocast | fp16 autocast |\n| --- | --- | --- | --- |")
+    device = "acme"
+    if "--device" in argv:
+        at = argv.index("--device")
+        device = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
+    precisions = (None,) if "--float32" in argv else (None, torch.bfloat16, torch.float16)
+    names = [a for a in argv if a not in ("--compile", "--float32")] or list(CASES)
+    columns = ["float32", "bf16 autocast", "fp16 autocast"][:len(precisions)]
+    print(f"| model ({device}) | {' | '.join(columns)} |\n|{' --- |' * (len(columns) + 1)}")
     for name in names:
         case = CASES[name]
         t = time.perf_counter()
-        cells = [_survey_one(case, "acme", dtype, compile_model)
-                 for dtype in (None, torch.bfloat16, torch.float16)]
+        cells = [_survey_one(case, device, dtype, compile_model) for dtype in precisions]
         print(f"| {name} | {' | '.join(cells)} |  <!-- {time.perf_counter() - t:.1f} s -->", flush=True)
 
 
