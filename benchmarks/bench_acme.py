@@ -1,6 +1,11 @@
 """acme vs CPU, measured in the same run. Prints tables and writes JSON.
 
     python benchmarks/bench_acme.py [--quick | --smoke] [--only GROUP ...] [--json out.json]
+                                    [--device NAME]
+
+--device measures another flsdk backend's device against the CPU the same way
+(the OpenCL example: --device ocl); the JSON keeps the key `acme_s` for the
+device's time and names the device.
 
 Groups: tiny (8-element ops), op (1M add, matmul, conv), pointwise (every
 pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps), models
@@ -299,8 +304,7 @@ LENGTHS = {
 }
 
 
-def run(length: str, only: list[str] | None = None) -> list[dict]:
-    device = "acme"
+def run(length: str, only: list[str] | None = None, device: str = "acme") -> list[dict]:
     time_index, repeats, host_calls, _ = LENGTHS[length]
     default_threads = torch.get_num_threads()
     rows = []
@@ -335,11 +339,11 @@ def run(length: str, only: list[str] | None = None) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], device: str = "acme") -> str:
     def fmt(s: float) -> str:
         return f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 
-    out = ["| group | benchmark | threads | CPU | acme | acme / CPU | target |",
+    out = [f"| group | benchmark | threads | CPU | {device} | {device} / CPU | target |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         target = f"≤ {r['target']}×" if r["target"] else "-"
@@ -356,6 +360,8 @@ def main(argv=None) -> int:
                         help="every workload once: checks the script runs end to end (numbers meaningless)")
     parser.add_argument("--only", nargs="+", choices=list(GROUPS), help="run only these groups")
     parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--device", default="acme",
+                        help="the flsdk backend device measured against the CPU (default acme)")
     parser.add_argument("--busy", action="store_true",
                         help="run a busy-looping Python process beside the measurements (a shared "
                              "machine's other job: what the stream worker's wake-ups cost then)")
@@ -375,31 +381,35 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
-    import torch_fl_acme  # noqa: F401  (explicit: fails clearly if acme is not installed)
+    import importlib
 
-    torch_fl_acme.load()
-    import torch_fl_acme._C as native
+    device = args.device
+    # explicit: fails clearly if the backend is not installed
+    backend = importlib.import_module(f"torch_fl_{device}")
+    backend.load()
+    native = importlib.import_module(f"torch_fl_{device}._C")
 
     native.clear_fallback_log()
     length = "smoke" if args.smoke else "quick" if args.quick else "full"
-    rows = run(length, args.only)
-    print(table(rows))
+    rows = run(length, args.only, device)
+    print(table(rows, device))
     syncs = []
     if not args.only or {"train", "train_mt", "models"} & set(args.only):
-        syncs = host_syncs_per_step("acme", LENGTHS[length][3],
+        syncs = host_syncs_per_step(device, LENGTHS[length][3],
                                     models=not args.only or "models" in args.only)
-        print("\nhost waits for the device per train step (acme):")
+        print(f"\nhost waits for the device per train step ({device}):")
         for r in syncs:
             reasons = ", ".join(f"{k} {v:g}" for k, v in sorted(r["by_reason"].items())) or "none"
             print(f"  {r['name']}: {r['syncs_per_step']:g} ({reasons})")
     fallbacks = native.fallback_log()
     if fallbacks:
-        print("\nops that ran on the CPU fallback during the benchmark (they slow acme down):")
+        print(f"\nops that ran on the CPU fallback during the benchmark (they slow {device} down):")
         for e in sorted(fallbacks, key=lambda e: -e["time_s"]):
             print(f"  {e['op']}: {e['count']} calls, {e['time_s'] * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"torch": torch.__version__, "busy_process": args.busy, "rows": rows, "host_syncs": syncs,
+            json.dump({"torch": torch.__version__, "device": device, "busy_process": args.busy, "rows": rows,
+                       "host_syncs": syncs,
                        "fallbacks": fallbacks}, handle, indent=1)
     return 0
 
