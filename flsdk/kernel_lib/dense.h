@@ -37,7 +37,7 @@ constexpr unsigned kNNFloat = ::FLSDK_BACKEND_NS::common::kFloating;
 
 // The dtype check these kernels share: a defined tensor must be one of kNNFloat,
 // or the library's dtype error naming op, device and dtype. (Devices are already
-// checked by the generated wrapper: docs/architecture.md, "Wrapper -> kernel".)
+// checked by the generated wrapper: generated/register_kernels.h says what it checks.)
 template <class Tensor>
 inline void check_float(const char* op, const Tensor& t) {
   if (t.defined()) check_dtype<kNNFloat>(op, t.device(), t.scalar_type());

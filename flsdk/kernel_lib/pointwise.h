@@ -176,8 +176,8 @@ inline at::Tensor ternary_kernel(const char* op, const at::Tensor& a, const at::
 }
 
 // ---- in-place drivers ------------------------------------------------------------
-// For the optional in-place kernels (`bool k_mul__Tensor(...)`, see
-// docs/architecture.md): write `self` directly and return true when the call is
+// For the optional in-place kernels (`bool k_mul__Tensor(...)`: the in-place
+// overload's signature returning bool, declared in generated/kernels.h): write `self` directly and return true when the call is
 // plain, else return false and the generated wrapper computes with the functional
 // kernel and copies. Plain: `self` has the compute dtype and is contiguous, every
 // other input has self's dtype, shape, layout and device, and none overlaps `self`

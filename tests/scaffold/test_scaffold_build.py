@@ -311,7 +311,7 @@ fallback_64 = "relu" in [e["op"] for e in native.fallback_log()]
 try:
     torch.mul(x.double().to("zeta"), x.double().to("zeta"))
     mismatch = ""
-except RuntimeError as e:
+except (RuntimeError, TypeError) as e:  # the kernel library's dtype refusal is a TypeError
     mismatch = str(e)
 print(json.dumps({"r32": r32, "native_32": native_32, "r64": r64, "fallback_64": fallback_64,
                   "mismatch": mismatch}))
