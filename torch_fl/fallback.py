@@ -50,7 +50,9 @@ def fallback_mode(enabled: bool, device: Any = None) -> Iterator[None]:
 def get_fallback_log(device: Any = None) -> list[dict[str, Any]]:
     """[{'op', 'reason', 'count', 'time_s', 'bytes_copied'}] since the last clear, the
     most expensive op (by time) first; an op that fell back for two reasons has two
-    entries. reason: 'no native kernel', 'dtype not computed by the native kernel', or
+    entries. reason: 'no native kernel', 'dtype not computed by the native kernel',
+    'a conjugate or negative view, resolved on the CPU' (x.conj() or a negative view
+    handed to clone, mm, ...: kernels read bytes as stored), or
     'routed to the CPU (torch_fl.set_op_route)' / '(TORCH_FL_OP_ROUTES)'. bytes_copied
     counts device bytes moved both ways."""
     log = [dict(e) for e in _backends.native(device).fallback_log()]

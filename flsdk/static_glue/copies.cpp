@@ -31,7 +31,13 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/ops/_copy_from.h>
 #include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/_neg_view.h>
+#include <ATen/ops/conj.h>
+#include <ATen/ops/neg.h>
+#include <ATen/ops/select.h>
+#include <ATen/ops/view_as_real.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/fill.h>
 #include <ATen/ops/from_blob.h>
@@ -321,6 +327,37 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// A lazy conjugate or negative view (`x.conj()`, `_neg_view`) on either side of
+// a copy. PyTorch's math-bit fallback would resolve the view with clone(), and
+// clone() of a view of this device, unless the backend has a native clone,
+// copies through _copy_from again: that recursed until the stack overflowed.
+// So the glue copies the bytes as stored (both sides as plain views) and
+// applies the bits that differ to the destination in place: on the device that
+// queues after the copy; on the host it must wait for the copy first.
+at::Tensor stored_view(const at::Tensor& t) {
+  at::Tensor plain = t.is_conj() ? t.conj() : t;  // conj() of a conjugate view clears the bit
+  return plain.is_neg() ? plain._neg_view() : plain;
+}
+
+at::Tensor copy_from_math_view(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const bool conj = self.is_conj() != dst.is_conj(), neg = self.is_neg() != dst.is_neg();
+  at::Tensor into = stored_view(dst);
+  const bool fix_on_host = (conj || neg) && !is_device(into);
+  at::_copy_from(stored_view(self), into, non_blocking && !fix_on_host);
+  // As real arithmetic (conj_physical_ would reach a DispatchStub a device
+  // lacks): a conjugate negates the imaginary parts. Only complex tensors carry
+  // the conjugate bit.
+  at::Tensor parts = into.is_complex() ? at::view_as_real(into) : into;
+  if (conj) parts.select(-1, 1).neg_();
+  if (neg) parts.neg_();
+  return dst;
+}
+
+at::Tensor copy_from_and_resize_math_view(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) const_cast<at::Tensor&>(dst).resize_(self.sizes());
+  return copy_from_math_view(self, dst, false);
+}
+
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, kBackendName, ": a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
@@ -403,6 +440,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   if (!hooks::kNativeFill) m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor));
   m.impl("zero_", TORCH_FN(zero));
+}
+
+// Only copies reach _copy_from with a math bit set (the devices PyTorch's own
+// copy_ does not handle: this one, XLA, lazy), and a process holds one flsdk
+// backend, so these kernels serve this device's copies.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", TORCH_FN(copy_from_math_view));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize_math_view));
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", TORCH_FN(copy_from_math_view));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize_math_view));
 }
 
 }  // namespace FLSDK_BACKEND_NS

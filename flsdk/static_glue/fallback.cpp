@@ -52,6 +52,7 @@ struct Stats {
 // Why an op ran on the fallback, as the log says it.
 constexpr const char* kNoKernel = "no native kernel";
 constexpr const char* kDtype = "dtype not computed by the native kernel";
+constexpr const char* kMathView = "a conjugate or negative view, resolved on the CPU";
 
 std::mutex g_mutex;
 std::map<std::pair<std::string, std::string>, Stats> g_log;  // (op, reason) -> stats
@@ -422,8 +423,17 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_logged(op, stack, kNoKernel, [&] { at::native::cpu_fallback(op, stack); });
 }
 
+// The wrapper's check failed (register_kernels.h, computes): a dtype its kernel
+// does not compute, or a lazy conjugate / negative view of a device tensor.
 void run_dtype_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  run_logged(op, stack, kDtype, [&] { at::native::cpu_fallback(op, stack); });
+  const std::size_t n = op.schema().arguments().size();
+  bool math_view = false;
+  for (std::size_t i = stack->size() - n; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kDeviceType)
+      math_view = math_view || v.toTensor().is_conj() || v.toTensor().is_neg();
+  }
+  run_logged(op, stack, math_view ? kMathView : kDtype, [&] { at::native::cpu_fallback(op, stack); });
 }
 
 void run_routed_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -212,6 +212,20 @@ def reductions_and_scalars():
     both(f, tol=1e-6)
 
 
+@case
+def conjugate_and_negative_views():
+    # Lazy views of device tensors moved, cloned and written into. With no native
+    # clone, a conjugate view's .cpu() used to recurse until SIGSEGV (PyTorch's
+    # math-bit fallback clones, the clone copies through _copy_from again).
+    def f(dev):
+        z = torch.complex(x34(dev), x34(dev).flip(0))
+        r = x34(dev)
+        into = torch.zeros(3, 4, dtype=torch.complex64, device=dev)
+        into.conj().copy_(z)
+        return z.conj(), z.conj().clone(), z._neg_view(), r._neg_view(), r._neg_view().clone(), into
+    both(f)
+
+
 def main() -> None:
     results = {}
     for name, fn in CASES.items():

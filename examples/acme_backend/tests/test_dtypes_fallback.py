@@ -217,3 +217,55 @@ def test_conjugate_views_run_on_the_fallback_without_recursing():
     r = torch.randn(5, 6, 7)
     torch.testing.assert_close(torch.fft.ifft(r.to("acme:0"), n=10, dim=1).cpu(),
                                torch.fft.ifft(r, n=10, dim=1))
+
+
+def _math_views(t):
+    """The lazy views PyTorch makes without moving bytes: conjugate, negative, both."""
+    views = {"neg": t._neg_view()}
+    if t.is_complex():
+        views.update({"conj": t.conj(), "conj+neg": t.conj()._neg_view()})
+    return views
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_copies_of_conjugate_and_negative_views_apply_the_view(dtype):
+    # Every direction of a copy with a lazy view on either side, through the
+    # glue's _copy_from (copies.cpp): the copy moves bytes as stored and applies
+    # the bits that differ; PyTorch's math-bit fallback would clone, which copies
+    # through _copy_from again (a backend without a native clone recursed).
+    x = torch.randn(4, 3, dtype=dtype)
+    d = x.to("acme")
+    for name, expected in _math_views(x).items():
+        view = _math_views(d)[name]
+        assert view.is_neg() or view.is_conj()
+        assert torch.equal(view.cpu(), expected.resolve_conj().resolve_neg()), name
+        assert torch.equal(_math_views(x)[name].to("acme").cpu(), expected.resolve_conj().resolve_neg()), name
+        assert torch.equal(view.clone().cpu(), expected.resolve_conj().resolve_neg()), name
+        assert torch.equal(view.t().contiguous().cpu(), expected.t().resolve_conj().resolve_neg()), name
+        # into a view: the bytes stored are the inverse of the view
+        target = torch.zeros(4, 3, dtype=dtype, device="acme")
+        _math_views(target)[name].copy_(x)
+        assert torch.equal(_math_views(target.cpu())[name].resolve_conj().resolve_neg(), x), name
+        # non_blocking into pinned memory: the view is applied after the bytes land
+        pinned = torch.empty(4, 3, dtype=dtype).pin_memory()
+        pinned.copy_(view, non_blocking=True)
+        torch.acme.synchronize()
+        assert torch.equal(pinned, expected.resolve_conj().resolve_neg()), name
+
+
+def test_a_native_kernel_is_never_handed_a_negative_view(fallback_log):
+    # clone is on PyTorch's math-bit fallthrough lists (mm too, for conjugate
+    # views): its kernel gets the view itself. acme's kernels read bytes as
+    # stored, so the wrapper sends the call to the fallback, which resolves the
+    # view (before: a silent wrong answer, the negation dropped). mm's negative
+    # view is resolved by PyTorch's fallback, through that clone.
+    x, w = torch.randn(5, 4), torch.randn(4, 3)
+    d = x.to("acme")._neg_view()
+    assert torch.equal(d.clone().cpu(), -x)
+    torch.testing.assert_close(torch.mm(d, w.to("acme")).cpu(), torch.mm(-x, w))
+    reasons = {(e["op"], e["reason"]) for e in native.fallback_log()}
+    assert ("clone", "a conjugate or negative view, resolved on the CPU") in reasons, reasons
+    # a plain tensor stays native
+    native.clear_fallback_log()
+    assert torch.equal(x.to("acme").clone().cpu(), x)
+    assert fallback_log() == set()

@@ -7,7 +7,12 @@
 #include <ATen/ExpandUtils.h>
 #include <c10/util/Exception.h>
 
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "device_code.h"
+#include "device_sources.h"
 #include "kernel_api.h"
 
 namespace ocl::kernels {
@@ -44,6 +49,30 @@ inline runtime::Layout broadcast_layout(const char* op, at::IntArrayRef shape,
 inline void launch(const char* op, int device, const char* source, const char* kernel,
                    const runtime::Range& range, std::initializer_list<runtime::KernelArg> args) {
   check_status(runtime::launch_kernel(device, launch_stream(device), source, kernel, range, args), op);
+}
+
+// The text of the embedded source `path` (a kernels/*.cl file) specialised by
+// `defines` (prepended), made once per distinct `defines` and kept for the
+// process's life: launch_generated_kernel caches its program by this text.
+inline const std::string& specialised_source(const char* path, const std::string& defines) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> texts;
+  const std::string key = std::string(path) + "\n" + defines;
+  std::lock_guard lock(mutex);
+  auto it = texts.find(key);
+  if (it != texts.end()) return it->second;
+  const device_sources::DeviceSource* s = device_sources::find(path);
+  TORCH_CHECK(s, "ocl: no embedded OpenCL source ", path, " (run `flsdk gen` and rebuild)");
+  return texts.emplace(key, defines + std::string(s->text, s->size)).first->second;
+}
+
+// Queues `kernel` of `path` specialised by `defines` (specialised_source).
+inline void launch_specialised(const char* op, int device, const char* path, const std::string& defines,
+                               const char* kernel, const runtime::Range& range,
+                               std::initializer_list<runtime::KernelArg> args) {
+  check_status(runtime::launch_generated_kernel(device, launch_stream(device), std::string(path) + "\n" + defines,
+                                                specialised_source(path, defines), kernel, range, args),
+               op);
 }
 
 }  // namespace
