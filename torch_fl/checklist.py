@@ -5,8 +5,11 @@ a check that runs: `torch_fl.readiness(device, model, inputs)` and
 Each of the seven items gives pass / warn / fail and the evidence behind it:
 
 1. versions_pinned    installed driver and runtime equal what the backend was
-                      built with (the runtime compiles its versions in), and the
-                      running torch is the one the backend was built for;
+                      built with (the runtime compiles its versions in), or, for a
+                      backend that loads the installed driver at run time (an
+                      OpenCL ICD), the driver implements at least the API it was
+                      built against; and the running torch is the one the
+                      backend was built for;
 2. versions_recorded  torch, torch_fl, flsdk, backend, runtime and driver
                       versions are written to a record file; a later run compares
                       against it (a difference warns);
@@ -129,13 +132,16 @@ def _versions(mod) -> dict[str, Any]:
 
 
 def _check_pinned(versions: dict[str, Any]) -> Check:
-    ev = {k: versions[k] for k in ("torch", "backend_built_for_torch", "runtime_version",
-                                   "driver_version", "built_driver_version")}
+    ev = {k: versions.get(k) for k in ("torch", "backend_built_for_torch", "runtime_version",
+                                       "driver_version", "built_driver_version", "api_version",
+                                       "built_api_version")}
     title = "driver and runtime versions pinned"
     built_torch = (versions["backend_built_for_torch"] or "").split("+")[0]
     if built_torch != versions["torch"].split("+")[0]:
         return Check("versions_pinned", title, FAIL, f"backend built for torch {built_torch}, "
                      f"running {versions['torch']}", ev)
+    if not versions.get("built_driver_version") and versions.get("built_api_version"):
+        return _check_api(versions, title, ev)
     if not versions["driver_version"] or not versions["built_driver_version"]:
         return Check("versions_pinned", title, WARN, "the backend's runtime does not report its "
                      "driver/runtime versions (runtime options driver_version, "
@@ -148,6 +154,26 @@ def _check_pinned(versions: dict[str, Any]) -> Check:
     return Check("versions_pinned", title, PASS,
                  f"driver {versions['driver_version']} and runtime {versions['runtime_version']} "
                  f"as built; torch {versions['torch']} as built", ev)
+
+
+def _check_api(versions: dict[str, Any], title: str, ev: dict[str, Any]) -> Check:
+    """A backend that loads the installed driver at run time (an OpenCL ICD) is
+    built against an API, not a driver: the driver found must implement at least
+    that API; which driver it is goes into the evidence and the record."""
+    from .compat import api_at_least
+
+    needed, found = versions["built_api_version"], versions.get("api_version")
+    driver = versions.get("driver_version") or "?"
+    if not found:
+        return Check("versions_pinned", title, WARN, f"the backend needs {needed} but its runtime "
+                     "does not report the API the driver implements (runtime option api_version)", ev)
+    if not api_at_least(found, needed):
+        return Check("versions_pinned", title, FAIL, f"the driver found (version {driver}) implements "
+                     f"{found}, older than the {needed} the backend was built against", ev)
+    return Check("versions_pinned", title, PASS,
+                 f"driver {driver}, loaded at run time, implements {found}: at least the {needed} "
+                 f"the backend was built against; torch {versions['torch']} as built "
+                 "(versions_recorded keeps the driver found)", ev)
 
 
 def _check_recorded(versions: dict[str, Any], record: str | os.PathLike | None,

@@ -101,19 +101,37 @@ def _torch_fl_version() -> str:
 
 
 def runtime_versions(module) -> dict[str, str | None]:
-    """{runtime, driver (installed), built_driver} from a loaded backend's runtime
-    options (None where the runtime does not report them)."""
-    out: dict[str, str | None] = {"runtime": None, "driver": None, "built_driver": None}
+    """{runtime, driver (installed), built_driver, api, built_api} from a loaded
+    backend's runtime options (None where the runtime does not report them).
+
+    A backend built against one driver reports built_driver_version; one that
+    loads whichever driver is installed (an OpenCL ICD, a Vulkan loader) reports
+    instead the API it needs (built_api_version, "OpenCL 1.2") and the API the
+    driver found implements (api_version, "OpenCL 3.0")."""
+    out: dict[str, str | None] = {"runtime": None, "driver": None, "built_driver": None,
+                                  "api": None, "built_api": None}
     getter = getattr(module.native(), "runtime_get_option", None)
     if getter is None:
         return out
     for key, option in (("runtime", "runtime_version"), ("driver", "driver_version"),
-                        ("built_driver", "built_driver_version")):
+                        ("built_driver", "built_driver_version"), ("api", "api_version"),
+                        ("built_api", "built_api_version")):
         try:
             out[key] = getter(option) or None
         except Exception:  # an older runtime without these options
             out[key] = None
     return out
+
+
+def api_at_least(api: str, needed: str) -> bool:
+    """Whether API version `api` ("OpenCL 3.0 PoCL ...") is at least `needed`
+    ("OpenCL 1.2"): their first major.minor numbers compared."""
+    def number(text: str) -> tuple[int, int]:
+        m = re.search(r"(\d+)\.(\d+)", text)
+        if m is None:
+            raise ValueError(f"no major.minor version in {text!r}")
+        return int(m.group(1)), int(m.group(2))
+    return number(api) >= number(needed)
 
 
 def _base(version: str | None) -> str | None:
@@ -142,8 +160,9 @@ def compat_matrix(load: bool = True) -> list[dict[str, Any]]:
       torch_fl_ok (same major.minor);
     * loaded, error (its refusal or failure message, None if it loaded) and
       cause (an INIT_FAILURE_CAUSES key when the error names one);
-    * runtime / driver / built_driver: versions the loaded backend's runtime
-      reports (None when not loaded or not reported).
+    * runtime / driver / built_driver / api / built_api: versions the loaded
+      backend's runtime reports (None when not loaded or not reported; see
+      runtime_versions).
 
     load=False does not import torch or load anything (used at import time)."""
     running = _running_torch(imported=load)
@@ -168,7 +187,7 @@ def compat_matrix(load: bool = True) -> list[dict[str, Any]]:
             "loaded": False,
             "error": entry.import_error,
             "cause": None,
-            "runtime": None, "driver": None, "built_driver": None,
+            "runtime": None, "driver": None, "built_driver": None, "api": None, "built_api": None,
         }
         if entry.module is not None:
             if load:
@@ -222,9 +241,12 @@ def compat_report(load: bool = True) -> str:
             status = "MISMATCH"
         elif r["driver"] and r["built_driver"] and r["driver"] != r["built_driver"]:
             status = "DRIVER DIFFERS"
+        elif r["api"] and r["built_api"] and not api_at_least(r["api"], r["built_api"]):
+            status = "DRIVER TOO OLD"
         else:
             status = "ok"
-        driver = (f"{r['driver']} ({r['built_driver']})" if r["driver"] else "-")
+        built = r["built_driver"] or (f"needs {r['built_api']}" if r["built_api"] else None)
+        driver = (f"{r['driver']} ({built})" if r["driver"] else "-")
         table.append((r["name"], r["package"], r["backend_version"] or "?", r["built_for"] or "?",
                       r["running"] or "?", r["flsdk"] or "?", r["torch_fl"], driver,
                       r["runtime"] or "-", status))

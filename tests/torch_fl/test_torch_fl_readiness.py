@@ -259,3 +259,26 @@ def test_newer_driver_of_the_same_major_starts_and_readiness_warns(start_failure
     assert status == "warn" and summary.startswith("installed driver 1.5.2 differs from the "
                                                    "1.4.0")
     assert start_failures["works"] == 3
+
+
+def _versions(**runtime):
+    base = {"torch": torch.__version__, "backend_built_for_torch": torch.__version__,
+            "runtime_version": None, "driver_version": None, "built_driver_version": None}
+    return {**base, **runtime}
+
+
+def test_versions_pinned_for_a_driver_loaded_at_run_time_checks_the_api():
+    # An OpenCL backend loads whichever ICD is installed: it is built against an
+    # API (built_api_version), and the driver found must implement at least it.
+    found = _versions(driver_version="6.0", api_version="OpenCL 3.0 PoCL HSTR: x86_64",
+                      built_api_version="OpenCL 1.2")
+    check = checklist._check_pinned(found)
+    assert check.status == "pass", check.summary
+    assert "OpenCL 3.0" in check.summary and "OpenCL 1.2" in check.summary and "6.0" in check.summary
+    old = checklist._check_pinned({**found, "api_version": "OpenCL 1.1 Mesa"})
+    assert old.status == "fail" and "older than the OpenCL 1.2" in old.summary, old.summary
+    silent = checklist._check_pinned({**found, "api_version": None})
+    assert silent.status == "warn" and "api_version" in silent.summary
+    # a backend pinned to one driver keeps the exact comparison
+    pinned = checklist._check_pinned(_versions(driver_version="1.4.0", built_driver_version="1.4.1"))
+    assert pinned.status == "warn" and "differs" in pinned.summary

@@ -592,7 +592,7 @@ Status set_option(const char* key, const char* value) {
   return fail(Status::InvalidValue, "unknown runtime option '" + k +
                                         "' (known: slow_device, fault_malloc, device_lost; read-only: driver, "
                                         "platform, device_name, driver_version, runtime_version, "
-                                        "svm, kernel_cache)");
+                                        "api_version, built_api_version, svm, kernel_cache)");
 }
 
 std::string get_option(const char* key) {
@@ -606,6 +606,10 @@ std::string get_option(const char* key) {
   if (k == "device_name") return drv.devices.empty() ? "" : drv.devices[0].name;
   if (k == "driver_version") return drv.devices.empty() ? "" : drv.devices[0].driver_version;
   if (k == "runtime_version") return drv.platform_version;
+  // Built against an API, not a driver (loaded at run time through the ICD):
+  // torch_fl's readiness checks the driver found implements at least it.
+  if (k == "built_api_version") return "OpenCL 1.2";
+  if (k == "api_version") return drv.devices.empty() ? "" : drv.devices[0].version;
   if (k == "svm") {
     if (drv.devices.empty()) return "";
     const auto caps = drv.devices[0].svm;
