@@ -11,6 +11,8 @@
 // errors.h  - FL_CHECK / FL_CHECK_T ("<backend>: <op>: ... (device, dtype)")
 // args.h    - opt(optional tensor) for host parts
 // alloc.h   - broadcast_shape, promote, alloc_output, cast, prepare/make_iter
+// random_key.h - generator_for, draw_key: the key of an op's counter-based
+//             random stream (include it where needed: not included here)
 // Device part run as host code (runtime_primitives: host_kernels; the backend
 // defines port.h's functions in kernels/kernel_port.cpp):
 // device.h   - DeviceTensor, launch, read_on_host: host part vs device part

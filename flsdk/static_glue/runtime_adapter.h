@@ -32,6 +32,11 @@ namespace FLSDK_BACKEND_NS::runtime {
 // with this one and print the changes in between (listed here, newest first).
 //
 // Changes:
+//   1.2  states what the glue does with a device address (it always did): it
+//        offsets it within the range malloc returned and compares it, never
+//        dereferences it; an address need be neither host-addressable nor
+//        one contiguous object (a handle-based memory, OpenCL's cl_mem, can
+//        sit behind a reserved address range): see malloc.
 //   1.1  copy_strided converts exactly as PyTorch's CPU .to() does (out-of-range
 //        floats to int8/uint8/int16/int32 through int32, float64 and int64 to
 //        float16/bfloat16 through float32); with pinned_host every host pointer
@@ -44,7 +49,7 @@ namespace FLSDK_BACKEND_NS::runtime {
 //        work for torch.profiler).
 //   1.0  the interface before versions were recorded.
 constexpr int kRuntimeAdapterVersionMajor = 1;
-constexpr int kRuntimeAdapterVersionMinor = 1;
+constexpr int kRuntimeAdapterVersionMinor = 2;
 
 enum class Status : int {
   Ok = 0,
@@ -83,6 +88,16 @@ struct DeviceConfig {
 Status init(const DeviceConfig& config);
 int device_count();
 
+// A device address is a number the glue computes with, never a pointer it
+// follows: views add byte offsets to it (data_ptr of a slice), the caching
+// allocator splits the range [ptr, ptr + bytes) malloc returned into blocks,
+// and addresses are compared (which range, which block, overlap) and handed back
+// to this runtime (memcpy, memset, copy_strided, kernels). So an address need
+// not be host-addressable nor backed by one contiguous object: a runtime over
+// handle-based memory (OpenCL cl_mem, Vulkan buffers) may reserve an address
+// range, return addresses in it and translate an address to (handle, offset)
+// itself, as examples/opencl_backend does. What must hold: every address in
+// [ptr, ptr + bytes) names the byte at that offset of the allocation, until free.
 Status malloc(int device, std::size_t bytes, void** ptr);
 // The glue frees only memory no queued work uses any more (it synchronizes
 // the device before giving cached blocks back).

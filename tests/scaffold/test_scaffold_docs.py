@@ -187,7 +187,7 @@ def test_the_adapter_reference_states_the_contract_exactly(zeta):
     for words in ("3e9 -> INT32_MIN as int32, 0 as int16", "1.0004882812509095 float64 -> 1.0 float16",
                   "It is called only on the thread running `fn`",
                   "every host\n  pointer your `memcpy` gets from the glue lies in such a block",
-                  "## Versions", 'adapter_versions: {runtime: "1.1", ccl: "1.0"}',
+                  "## Versions", 'adapter_versions: {runtime: "1.2", ccl: "1.0"}',
                   "## Moving between memory models", "## Testing before silicon", "ZETA_SLOW_DEVICE"):
         assert words in doc, words
     for words in ("3e9 -> int32 INT32_MIN, -> int16 0", "1.0004882812509095 -> 1.0 float16",

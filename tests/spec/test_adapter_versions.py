@@ -60,7 +60,10 @@ def test_both_headers_carry_a_version_and_its_changes():
     # the 1.1 entry says what issue 36 changed, joined over its continuation lines
     assert "copy_strided converts exactly as PyTorch's CPU" in runtime.changes[(1, 1)]
     assert "current_op()" in runtime.changes[(1, 1)]
-    assert runtime.changes_after((1, 0)) == [f"1.1: {runtime.changes[(1, 1)]}"]
+    assert runtime.changes_after((1, 0))[0] == f"1.1: {runtime.changes[(1, 1)]}"
+    # 1.2 states what the glue does with a device address (issue 40: a handle-based driver)
+    assert "never dereferences it" in runtime.changes[(1, 2)]
+    assert runtime.changes_after((1, 1)) == [f"1.2: {runtime.changes[(1, 2)]}"]
     # the rule of what bumps which, and the stance, are in the header
     text = (av.STATIC_GLUE_DIR / "runtime_adapter.h").read_text()
     for words in ("source-level API", "a new minor adds optional calls", "a new major changes a declaration"):
@@ -108,17 +111,17 @@ def test_check_and_gen_print_the_changes_since_an_older_minor(scaffold):
         assert check.returncode == 0, check.stderr
         note = next(t for t in check.stdout.splitlines() if "runtime adapter was written for" in t)
         assert note.startswith(f"warning: {device}:{line}: the runtime adapter was written for "
-                               "runtime_adapter.h 1.0; this flsdk's is 1.1 (compatible)"), note
+                               "runtime_adapter.h 1.0; this flsdk's is 1.2 (compatible)"), note
         assert "1.1: copy_strided converts exactly" in note
         gen = _run("gen", cwd=scaffold)
         assert gen.returncode == 0, gen.stderr
-        assert re.search(r"^  adapter   .*runtime_adapter\.h 1\.0; this flsdk's is 1\.1", gen.stdout, re.M), gen.stdout
+        assert re.search(r"^  adapter   .*runtime_adapter\.h 1\.0; this flsdk's is 1\.2", gen.stdout, re.M), gen.stdout
         # without the field: written for 1.0, said so
         _set_versions(scaffold, None)
         check = _run("check", cwd=scaffold)
         assert "1.0 (no adapter_versions recorded)" in check.stdout, check.stdout
     finally:
-        _set_versions(scaffold, 'adapter_versions: {runtime: "1.1", ccl: "1.0"}')
+        _set_versions(scaffold, 'adapter_versions: {runtime: "1.2", ccl: "1.0"}')
 
 
 def test_an_older_major_or_a_newer_version_is_an_error_naming_the_field(scaffold):
@@ -138,7 +141,7 @@ def test_an_older_major_or_a_newer_version_is_an_error_naming_the_field(scaffold
         assert check.returncode == 2 and "adapter_versions.runtime" in check.stderr, check.stderr
         assert 'a quoted MAJOR.MINOR version, e.g. "1.1"' in check.stderr, check.stderr
     finally:
-        _set_versions(scaffold, 'adapter_versions: {runtime: "1.1", ccl: "1.0"}')
+        _set_versions(scaffold, 'adapter_versions: {runtime: "1.2", ccl: "1.0"}')
 
 
 def test_gen_says_once_when_the_memory_model_changed(scaffold):

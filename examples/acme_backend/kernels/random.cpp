@@ -7,17 +7,15 @@
 // reproduces every op's stream. The transforms from bits to distributions are
 // acme's own.
 #include "kernel_lib/common.h"
+#include "kernel_lib/random_key.h"
 
 #include "kernels.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <ATen/ops/empty.h>
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -25,26 +23,6 @@ namespace acme::kernels {
 using namespace acme::common;
 
 namespace {
-
-// The generator to draw from: the caller's, or the default one of the
-// tensor's device. Not at::get_generator_or_default: that insists on a CPU
-// device type, while acme's generator reports the acme device.
-at::CPUGeneratorImpl* generator_for(const char* op, const std::optional<at::Generator>& gen,
-                                    const at::Tensor& t) {
-  at::Generator g = (gen.has_value() && gen->defined()) ? *gen
-                                                        : at::globalContext().defaultGenerator(t.device());
-  FL_CHECK(g.defined(), op, "no generator for device ", t.device());
-  FL_CHECK(g.device().type() == t.device().type(), op, "expected a generator of device type ",
-             t.device().type(), " but got one of ", g.device().type());
-  return static_cast<at::CPUGeneratorImpl*>(g.unsafeGetGeneratorImpl());
-}
-
-// An op's key: one draw from the device's generator, under its lock (host part).
-uint64_t draw_key(const char* op, const std::optional<at::Generator>& gen, const at::Tensor& t) {
-  at::CPUGeneratorImpl* g = generator_for(op, gen, t);
-  std::lock_guard<std::mutex> lock(g->mutex_);
-  return g->random64();
-}
 
 // The random bits of counter `i` under `key` (device part): four 32-bit words.
 struct Bits {

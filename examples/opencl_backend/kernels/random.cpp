@@ -1,32 +1,19 @@
 // Dropout on the ocl device (kernels/random.cl): native_dropout and its
 // backward, float32 (device.yaml narrows them; other dtypes run on the CPU
 // fallback). The key of an op's Philox stream is one draw from the device's
-// default generator (the glue's CPUGeneratorImpl bound to the ocl device), so
-// torch.manual_seed reproduces the masks.
+// default generator (flsdk's kernel library, random_key.h), so torch.manual_seed
+// reproduces the masks.
 #include "kernels.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 
 #include <cstdint>
-#include <mutex>
 #include <tuple>
 
+#include "kernel_lib/random_key.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
-namespace {
-
-std::uint64_t draw_key(const at::Tensor& t) {
-  at::Generator g = at::globalContext().defaultGenerator(t.device());
-  TORCH_CHECK(g.defined(), "ocl: native_dropout: no generator for device ", t.device());
-  auto* impl = static_cast<at::CPUGeneratorImpl*>(g.unsafeGetGeneratorImpl());
-  std::lock_guard<std::mutex> lock(impl->mutex_);
-  return impl->random64();
-}
-
-}  // namespace
 
 ::std::tuple<at::Tensor, at::Tensor> k_native_dropout(const at::Tensor & input, double p,
                                                       ::std::optional<bool> train) {
@@ -44,7 +31,7 @@ std::uint64_t draw_key(const at::Tensor& t) {
   if (n == 0) return {out, mask};
   const double keep = 1.0 - p;
   const float scale = keep > 0.0 ? static_cast<float>(1.0 / keep) : 0.0f;
-  const std::uint64_t key = draw_key(input);
+  const std::uint64_t key = common::draw_key(op, std::nullopt, input);
   launch(op, in.device().index(), "kernels/random.cl", "dropout_f32", runtime::Range1D(n),
          {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(mask.data_ptr()),
           runtime::buffer_arg(in.const_data_ptr()), runtime::value_arg<std::uint64_t>(n),

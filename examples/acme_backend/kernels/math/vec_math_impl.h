@@ -299,6 +299,23 @@ inline V row_vector(const float* p, int64_t i, int64_t n, float pad) {
   return V::set(V(pad), V::loadu(p + i, r), r);
 }
 
+// Lanes of a vector summed in lane order: one fixed order, so a row's result
+// does not depend on anything but its values.
+inline float lanes_sum(V v) {
+  constexpr int64_t w = V::size();
+  float lanes[w];
+  v.store(lanes);
+  float s = 0.f;
+  for (int64_t j = 0; j < w; ++j) s += lanes[j];
+  return s;
+}
+
+inline void store_part(V v, float* p, int64_t i, int64_t n) {
+  constexpr int64_t w = V::size();
+  if (i + w <= n) v.store(p + i);
+  else v.store(p + i, static_cast<int>(n - i));
+}
+
 }  // namespace
 
 void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
@@ -319,9 +336,7 @@ void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
     vsum = vsum + (r == w ? e : V::set(V(0.f), e, r));
     if (op == Row::Softmax) e.store(out + i, r);
   }
-  vsum.store(lanes);
-  float sum = 0.f;
-  for (int64_t j = 0; j < w; ++j) sum += lanes[j];
+  const float sum = lanes_sum(vsum);
 
   if (op == Row::Softmax) {
     const float inv = 1.f / sum;
@@ -331,39 +346,13 @@ void ACME_VEC_NAME(row_f32_)(Row op, const float* in, float* out, int64_t n) {
   }
 }
 
-namespace {  // per instruction set: each vec_math_<isa>.cpp has its own copy
-
-// Lanes of a vector summed in lane order: one fixed order, so a row's result
-// does not depend on anything but its values.
-inline float lanes_sum(V v) {
-  constexpr int64_t w = V::size();
-  float lanes[w];
-  v.store(lanes);
-  float s = 0.f;
-  for (int64_t j = 0; j < w; ++j) s += lanes[j];
-  return s;
-}
-
-// A row's vector at i, the partial last one read as zeros past the row's end.
-inline V load_or_zero(const float* p, int64_t i, int64_t n) {
-  constexpr int64_t w = V::size();
-  return i + w <= n ? V::loadu(p + i) : V::loadu(p + i, static_cast<int>(n - i));
-}
-
-inline void store_part(V v, float* p, int64_t i, int64_t n) {
-  constexpr int64_t w = V::size();
-  if (i + w <= n) v.store(p + i);
-  else v.store(p + i, static_cast<int>(n - i));
-}
-
-}  // namespace
 
 void ACME_VEC_NAME(layer_norm_row_f32_)(const float* x, const float* weight, const float* bias,
                                         float* out, int64_t n, double eps, float* mean,
                                         float* rstd) {
   constexpr int64_t w = V::size();
   V vs(0.f);
-  for (int64_t i = 0; i < n; i += w) vs = vs + load_or_zero(x, i, n);
+  for (int64_t i = 0; i < n; i += w) vs = vs + row_vector(x, i, n, 0.f);
   const float m = lanes_sum(vs) / static_cast<float>(n);
   // the centred sum of squares, a second pass (as the scalar loop: no
   // cancellation of E[x^2] - E[x]^2); the tail's padding is the mean itself
@@ -379,9 +368,9 @@ void ACME_VEC_NAME(layer_norm_row_f32_)(const float* x, const float* weight, con
   *rstd = is;
   const V vis(is);
   for (int64_t i = 0; i < n; i += w) {
-    V y = (load_or_zero(x, i, n) - vm) * vis;
-    if (weight) y = y * load_or_zero(weight, i, n);
-    if (bias) y = y + load_or_zero(bias, i, n);
+    V y = (row_vector(x, i, n, 0.f) - vm) * vis;
+    if (weight) y = y * row_vector(weight, i, n, 0.f);
+    if (bias) y = y + row_vector(bias, i, n, 0.f);
     store_part(y, out, i, n);
   }
 }
@@ -394,12 +383,12 @@ void ACME_VEC_NAME(layer_norm_backward_row_f32_)(const float* x, const float* dy
   const V vm(m), vis(is);
   V vg(0.f), vgx(0.f);
   for (int64_t i = 0; i < n; i += w) {
-    const V d = load_or_zero(dy, i, n);
-    const V xh = (load_or_zero(x, i, n) - vm) * vis;
-    if (dweight) store_part(at::vec::fmadd(d, xh, load_or_zero(dweight, i, n)), dweight, i, n);
-    if (dbias) store_part(load_or_zero(dbias, i, n) + d, dbias, i, n);
+    const V d = row_vector(dy, i, n, 0.f);
+    const V xh = (row_vector(x, i, n, 0.f) - vm) * vis;
+    if (dweight) store_part(at::vec::fmadd(d, xh, row_vector(dweight, i, n, 0.f)), dweight, i, n);
+    if (dbias) store_part(row_vector(dbias, i, n, 0.f) + d, dbias, i, n);
     if (dx) {
-      const V g = weight ? d * load_or_zero(weight, i, n) : d;
+      const V g = weight ? d * row_vector(weight, i, n, 0.f) : d;
       vg = vg + g;
       vgx = at::vec::fmadd(g, xh, vgx);
     }
@@ -409,9 +398,9 @@ void ACME_VEC_NAME(layer_norm_backward_row_f32_)(const float* x, const float* dy
   const V a(lanes_sum(vg) / static_cast<float>(n));
   const V c(lanes_sum(vgx) / static_cast<float>(n));
   for (int64_t i = 0; i < n; i += w) {
-    const V d = load_or_zero(dy, i, n);
-    const V xh = (load_or_zero(x, i, n) - vm) * vis;
-    const V g = weight ? d * load_or_zero(weight, i, n) : d;
+    const V d = row_vector(dy, i, n, 0.f);
+    const V xh = (row_vector(x, i, n, 0.f) - vm) * vis;
+    const V g = weight ? d * row_vector(weight, i, n, 0.f) : d;
     store_part(vis * (g - a - xh * c), dx, i, n);
   }
 }
