@@ -4,11 +4,8 @@
 
 #include <ATen/ops/empty.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 
-#include "device_sources.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -43,24 +40,9 @@ void launch_pool(const char* name, const char* kernel, bool adaptive, const at::
     default: TORCH_CHECK(false, name, ": expected a floating tensor, got ", t);
   }
   d += std::string("#define ADAPTIVE ") + (adaptive ? "1" : "0") + "\n";
-  static std::mutex mutex;
-  static std::map<std::string, std::string> texts;
-  const std::string* text = nullptr;
-  {
-    std::lock_guard lock(mutex);
-    auto it = texts.find(d);
-    if (it == texts.end()) {
-      const device_sources::DeviceSource* s = device_sources::find("kernels/avgpool.cl");
-      TORCH_CHECK(s, "ocl: no embedded OpenCL source kernels/avgpool.cl (run `flsdk gen` and rebuild)");
-      it = texts.emplace(d, d + std::string(s->text, s->size)).first;
-    }
-    text = &it->second;
-  }
-  check_status(runtime::launch_generated_kernel(device, launch_stream(device), "kernels/avgpool.cl\n" + d, *text,
-                                                kernel, runtime::Range1D(static_cast<std::size_t>(n)),
-                                                {runtime::buffer_arg(out.data_ptr()),
-                                                 runtime::buffer_arg(in.const_data_ptr()), runtime::value_arg(P)}),
-               name);
+  launch_specialised(name, device, "kernels/avgpool.cl", d, kernel, runtime::Range1D(static_cast<std::size_t>(n)),
+                     {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(in.const_data_ptr()),
+                      runtime::value_arg(P)});
 }
 
 int64_t pick(at::IntArrayRef v, std::size_t i, int64_t dims, const char* name, const char* what) {

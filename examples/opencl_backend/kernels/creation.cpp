@@ -7,11 +7,8 @@
 #include <ATen/native/RangeUtils.h>
 #include <ATen/ops/empty.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 
-#include "device_sources.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -53,31 +50,14 @@ at::Tensor& sequence(const char* name, const char* seq, at::Tensor& out, at::Int
   const char* st = storage(out.scalar_type(), &store);
   std::string d = fp64 ? "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" : "";
   d += "#define CT " + ct + "\n#define OUT_T " + st + "\n#define STORE(p, i, v) " + store + "\n#define SEQ_" + seq + "\n";
-  static std::mutex mutex;
-  static std::map<std::string, std::string> texts;
-  const std::string* text = nullptr;
-  {
-    std::lock_guard lock(mutex);
-    auto it = texts.find(d);
-    if (it == texts.end()) {
-      const device_sources::DeviceSource* s = device_sources::find("kernels/creation.cl");
-      TORCH_CHECK(s, "ocl: no embedded OpenCL source kernels/creation.cl (run `flsdk gen` and rebuild)");
-      it = texts.emplace(d, d + std::string(s->text, s->size)).first;
-    }
-    text = &it->second;
-  }
   auto arg = [&](double v) {
     return ct == "double" ? runtime::value_arg(v)
            : ct == "float" ? runtime::value_arg(static_cast<float>(v))
                            : runtime::value_arg(static_cast<std::int64_t>(v));
   };
-  check_status(runtime::launch_generated_kernel(device, launch_stream(device), "kernels/creation.cl\n" + d, *text,
-                                                "seq", runtime::Range1D(static_cast<std::size_t>(count)),
-                                                {runtime::buffer_arg(dst.data_ptr()),
-                                                 runtime::value_arg<std::uint64_t>(count),
-                                                 runtime::value_arg<std::int64_t>(n), arg(p0), arg(p1), arg(p2),
-                                                 arg(p3)}),
-               name);
+  launch_specialised(name, device, "kernels/creation.cl", d, "seq", runtime::Range1D(static_cast<std::size_t>(count)),
+                     {runtime::buffer_arg(dst.data_ptr()), runtime::value_arg<std::uint64_t>(count),
+                      runtime::value_arg<std::int64_t>(n), arg(p0), arg(p1), arg(p2), arg(p3)});
   if (!dst.is_same(out)) out.copy_(dst);
   return out;
 }

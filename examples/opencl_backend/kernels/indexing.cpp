@@ -20,12 +20,9 @@
 #include <c10/core/WrapDimMinimal.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "device_sources.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -42,17 +39,6 @@ struct IndexLayout {
   std::int64_t dim_size[kMaxIndices] = {};
   std::int64_t dim_stride[kMaxIndices] = {};
 };
-
-const std::string& program_text(const std::string& defines) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> texts;
-  std::lock_guard lock(mutex);
-  auto it = texts.find(defines);
-  if (it != texts.end()) return it->second;
-  const device_sources::DeviceSource* s = device_sources::find("kernels/indexing.cl");
-  TORCH_CHECK(s, "ocl: no embedded OpenCL source kernels/indexing.cl (run `flsdk gen` and rebuild)");
-  return texts.emplace(defines, defines + std::string(s->text, s->size)).first->second;
-}
 
 bool atomic_type(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kInt || t == at::kLong;
@@ -91,12 +77,10 @@ void run(const char* name, bool scatter, bool accumulate, const at::Tensor& A, c
   }
   const int device = B.device().index();
   auto ibuf = [&](std::size_t k) { return runtime::buffer_arg(k < idx.size() ? idx[k].const_data_ptr() : nullptr); };
-  check_status(runtime::launch_generated_kernel(
-                   device, launch_stream(device), "kernels/indexing.cl\n" + d, program_text(d), "indexed",
-                   runtime::Range1D(static_cast<std::size_t>(n)),
-                   {runtime::buffer_arg(A.const_data_ptr()), runtime::buffer_arg(B.const_data_ptr()), ibuf(0), ibuf(1),
-                    ibuf(2), ibuf(3), runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n)}),
-               name);
+  launch_specialised(name, device, "kernels/indexing.cl", d, "indexed",
+                     runtime::Range1D(static_cast<std::size_t>(n)),
+                     {runtime::buffer_arg(A.const_data_ptr()), runtime::buffer_arg(B.const_data_ptr()), ibuf(0), ibuf(1),
+                      ibuf(2), ibuf(3), runtime::value_arg(L), runtime::value_arg<std::uint64_t>(n)});
 }
 
 // An index tensor on the device as int64 (int32 and CPU indices converted).

@@ -10,12 +10,9 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "device_sources.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -51,17 +48,6 @@ const char* ct_of(at::ScalarType t) {
   if (t == at::kDouble) return "double";
   if (at::isFloatingType(t)) return "float";
   return "long";
-}
-
-const std::string& program_text(const std::string& defines) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> texts;
-  std::lock_guard lock(mutex);
-  auto it = texts.find(defines);
-  if (it != texts.end()) return it->second;
-  const device_sources::DeviceSource* s = device_sources::find("kernels/reduction.cl");
-  TORCH_CHECK(s, "ocl: no embedded OpenCL source kernels/reduction.cl (run `flsdk gen` and rebuild)");
-  return texts.emplace(defines, defines + std::string(s->text, s->size)).first->second;
 }
 
 struct Spec {
@@ -135,7 +121,7 @@ std::pair<at::Tensor, at::Tensor> reduce(const Spec& spec, const at::Tensor& sel
     d += std::string("#define OUT2_T ") + o2.storage + "\n#define STORE2(p, i, v) " + o2.store + "\n";
   }
   d += std::string("#define RED_") + spec.red + "\n" + spec.defines;
-  const std::string& text = program_text(d);
+  const std::string& text = specialised_source("kernels/reduction.cl", d);
   const runtime::KernelArg p0 = ct == "float" ? runtime::value_arg(static_cast<float>(spec.p0))
                                 : ct == "double" ? runtime::value_arg(spec.p0)
                                                  : runtime::value_arg(static_cast<std::int64_t>(spec.p0));
@@ -278,7 +264,7 @@ at::Tensor scan(const char* name, const char* red, const at::Tensor& self, int64
   dd += std::string("#define OUT_T ") + out_t.storage + "\n#define STORE(p, i, v) " + out_t.store + "\n";
   dd += std::string("#define SCAN_T ") + (ct == "long" ? "long" : fp64 ? "double" : "float") + "\n";
   dd += std::string("#define SCAN_") + red + "\n";
-  const std::string& text = program_text(dd);
+  const std::string& text = specialised_source("kernels/reduction.cl", dd);
   const runtime::KernelArg p0 = ct == "float" ? runtime::value_arg(0.0f)
                                 : ct == "double" ? runtime::value_arg(0.0)
                                                  : runtime::value_arg<std::int64_t>(0);

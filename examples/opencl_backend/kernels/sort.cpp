@@ -6,11 +6,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/WrapDimMinimal.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 
-#include "device_sources.h"
 #include "ocl_kernel.h"
 
 namespace ocl::kernels {
@@ -49,17 +46,6 @@ std::string compare_type(const char* name, at::ScalarType t, int device) {
   }
 }
 
-const std::string& program_text(const std::string& defines) {
-  static std::mutex mutex;
-  static std::map<std::string, std::string> texts;
-  std::lock_guard lock(mutex);
-  auto it = texts.find(defines);
-  if (it != texts.end()) return it->second;
-  const device_sources::DeviceSource* s = device_sources::find("kernels/sort.cl");
-  TORCH_CHECK(s, "ocl: no embedded OpenCL source kernels/sort.cl (run `flsdk gen` and rebuild)");
-  return texts.emplace(defines, defines + std::string(s->text, s->size)).first->second;
-}
-
 std::tuple<at::Tensor, at::Tensor> sort_impl(const char* name, const at::Tensor& self, int64_t dim, bool descending) {
   const at::TensorOptions lopt = self.options().dtype(at::kLong);
   if (self.dim() == 0) return {self.clone(), at::zeros({}, lopt)};
@@ -79,13 +65,11 @@ std::tuple<at::Tensor, at::Tensor> sort_impl(const char* name, const at::Tensor&
     const int device = self.device().index();
     const std::string defs = compare_type(name, self.scalar_type(), device) + "#define ET " +
                              element_type(name, self) + "\n";
-    check_status(runtime::launch_generated_kernel(
-                     device, launch_stream(device), "kernels/sort.cl\n" + defs, program_text(defs), "sort_rank",
-                     runtime::Range1D(static_cast<std::size_t>(rows * n)),
-                     {runtime::buffer_arg(values.data_ptr()), runtime::buffer_arg(indices.data_ptr()),
-                      runtime::buffer_arg(in.const_data_ptr()), runtime::value_arg<std::uint64_t>(rows),
-                      runtime::value_arg<std::uint64_t>(n), runtime::value_arg<std::int32_t>(descending ? 1 : 0)}),
-                 name);
+    launch_specialised(name, device, "kernels/sort.cl", defs, "sort_rank",
+                       runtime::Range1D(static_cast<std::size_t>(rows * n)),
+                       {runtime::buffer_arg(values.data_ptr()), runtime::buffer_arg(indices.data_ptr()),
+                        runtime::buffer_arg(in.const_data_ptr()), runtime::value_arg<std::uint64_t>(rows),
+                        runtime::value_arg<std::uint64_t>(n), runtime::value_arg<std::int32_t>(descending ? 1 : 0)});
   }
   return {values.permute(inverse).contiguous(), indices.permute(inverse).contiguous()};
 }
@@ -114,13 +98,11 @@ at::Tensor unpool(const char* name, const at::Tensor& self, const at::Tensor& in
     const int device = self.device().index();
     const std::string defs = compare_type(name, self.scalar_type(), device) + "#define ET " +
                              element_type(name, self) + "\n";
-    check_status(runtime::launch_generated_kernel(
-                     device, launch_stream(device), "kernels/sort.cl\n" + defs, program_text(defs), "unpool_plane",
-                     runtime::Range1D(static_cast<std::size_t>(planes)),
-                     {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
-                      runtime::buffer_arg(ix.const_data_ptr()), runtime::value_arg<std::uint64_t>(planes),
-                      runtime::value_arg<std::uint64_t>(n), runtime::value_arg<std::uint64_t>(out_n)}),
-                 name);
+    launch_specialised(name, device, "kernels/sort.cl", defs, "unpool_plane",
+                       runtime::Range1D(static_cast<std::size_t>(planes)),
+                       {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
+                        runtime::buffer_arg(ix.const_data_ptr()), runtime::value_arg<std::uint64_t>(planes),
+                        runtime::value_arg<std::uint64_t>(n), runtime::value_arg<std::uint64_t>(out_n)});
   }
   return out;
 }

@@ -4,7 +4,8 @@
 // guard_index_and_lambda) with the scales the host computed as they do. The
 // backward kernels run one work item per (n, c) plane, visiting the outputs in
 // the CPU's order, so each input gradient is summed in the CPU's order: no
-// atomics, and the same result every run.
+// atomics, and the same result every run. The four kernels take the same
+// arguments; the nearest ones ignore align_corners.
 
 inline long nearest_index(long o, long in, long out, float scale) {
   if (out == in) return o;           // no float arithmetic in the two common cases,
@@ -28,7 +29,7 @@ inline Linear linear_at(long o, long in, float scale, int align_corners) {
 }
 
 __kernel void nearest2d_f32(BUF(float, out), BUF(const float, in), long planes, long ih, long iw, long oh,
-                            long ow, float scale_h, float scale_w) {
+                            long ow, float scale_h, float scale_w, int align_corners) {
   const ulong g = get_global_id(0);
   if (g >= (ulong)(planes * oh * ow)) return;
   const long x = (long)(g % (ulong)ow), y = (long)((g / (ulong)ow) % (ulong)oh), p = (long)(g / (ulong)(ow * oh));
@@ -37,7 +38,7 @@ __kernel void nearest2d_f32(BUF(float, out), BUF(const float, in), long planes, 
 }
 
 __kernel void nearest2d_backward_f32(BUF(float, grad_in), BUF(const float, grad_out), long planes, long ih, long iw,
-                                     long oh, long ow, float scale_h, float scale_w) {
+                                     long oh, long ow, float scale_h, float scale_w, int align_corners) {
   const long p = (long)get_global_id(0);
   if (p >= planes) return;
   __global float* gi = AT(float, grad_in) + p * ih * iw;

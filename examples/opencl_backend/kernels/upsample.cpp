@@ -44,56 +44,38 @@ std::vector<int64_t> with_hw(at::IntArrayRef nchw, int64_t h, int64_t w) {
   return {nchw[0], nchw[1], h, w};
 }
 
+// Queues `kernel` (every kernel of upsample.cl takes these arguments) writing
+// `out` from `in`, over `items` work items.
+void run(const char* op, const char* kernel, const at::Tensor& out, const at::Tensor& in, const Planes& p,
+         int64_t items, float scale_h, float scale_w, bool align_corners) {
+  launch(op, in.device().index(), "kernels/upsample.cl", kernel, runtime::Range1D(static_cast<std::size_t>(items)),
+         {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(in.const_data_ptr()),
+          runtime::value_arg<std::int64_t>(p.planes), runtime::value_arg<std::int64_t>(p.ih),
+          runtime::value_arg<std::int64_t>(p.iw), runtime::value_arg<std::int64_t>(p.oh),
+          runtime::value_arg<std::int64_t>(p.ow), runtime::value_arg(scale_h), runtime::value_arg(scale_w),
+          runtime::value_arg<std::int32_t>(align_corners ? 1 : 0)});
+}
+
+// One work item per output element.
 at::Tensor forward(const char* op, const char* kernel, const at::Tensor& self, at::IntArrayRef output_size,
-                   float scale_h, float scale_w, std::optional<bool> align_corners) {
+                   float scale_h, float scale_w, bool align_corners) {
   const Planes p = planes_of(op, self.sizes(), output_size);
   const at::Tensor x = self.contiguous();
   at::Tensor out = at::empty(with_hw(self.sizes(), p.oh, p.ow), x.options());
-  if (p.planes == 0) return out;
-  const int device = x.device().index();
-  const auto range = runtime::Range1D(static_cast<std::size_t>(p.planes * p.oh * p.ow));
-  if (align_corners.has_value()) {
-    launch(op, device, "kernels/upsample.cl", kernel, range,
-           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
-            runtime::value_arg<std::int64_t>(p.planes), runtime::value_arg<std::int64_t>(p.ih),
-            runtime::value_arg<std::int64_t>(p.iw), runtime::value_arg<std::int64_t>(p.oh),
-            runtime::value_arg<std::int64_t>(p.ow), runtime::value_arg(scale_h), runtime::value_arg(scale_w),
-            runtime::value_arg<std::int32_t>(*align_corners ? 1 : 0)});
-  } else {
-    launch(op, device, "kernels/upsample.cl", kernel, range,
-           {runtime::buffer_arg(out.data_ptr()), runtime::buffer_arg(x.const_data_ptr()),
-            runtime::value_arg<std::int64_t>(p.planes), runtime::value_arg<std::int64_t>(p.ih),
-            runtime::value_arg<std::int64_t>(p.iw), runtime::value_arg<std::int64_t>(p.oh),
-            runtime::value_arg<std::int64_t>(p.ow), runtime::value_arg(scale_h), runtime::value_arg(scale_w)});
-  }
+  if (p.planes > 0) run(op, kernel, out, x, p, p.planes * p.oh * p.ow, scale_h, scale_w, align_corners);
   return out;
 }
 
+// One work item per (n, c) plane.
 at::Tensor backward(const char* op, const char* kernel, const at::Tensor& grad_output, at::IntArrayRef output_size,
-                    at::IntArrayRef input_size, float scale_h, float scale_w, std::optional<bool> align_corners) {
+                    at::IntArrayRef input_size, float scale_h, float scale_w, bool align_corners) {
   const Planes p = planes_of(op, input_size, output_size);
   const std::vector<int64_t> expected = with_hw(input_size, p.oh, p.ow);
   TORCH_CHECK(grad_output.sizes().equals(expected), "ocl: ", op, ": expected grad_output of shape ",
               at::IntArrayRef(expected), " but got ", grad_output.sizes());
   const at::Tensor g = grad_output.contiguous();
   at::Tensor grad_input = at::empty(input_size, g.options());
-  if (p.planes == 0) return grad_input;
-  const int device = g.device().index();
-  const auto range = runtime::Range1D(static_cast<std::size_t>(p.planes));
-  if (align_corners.has_value()) {
-    launch(op, device, "kernels/upsample.cl", kernel, range,
-           {runtime::buffer_arg(grad_input.data_ptr()), runtime::buffer_arg(g.const_data_ptr()),
-            runtime::value_arg<std::int64_t>(p.planes), runtime::value_arg<std::int64_t>(p.ih),
-            runtime::value_arg<std::int64_t>(p.iw), runtime::value_arg<std::int64_t>(p.oh),
-            runtime::value_arg<std::int64_t>(p.ow), runtime::value_arg(scale_h), runtime::value_arg(scale_w),
-            runtime::value_arg<std::int32_t>(*align_corners ? 1 : 0)});
-  } else {
-    launch(op, device, "kernels/upsample.cl", kernel, range,
-           {runtime::buffer_arg(grad_input.data_ptr()), runtime::buffer_arg(g.const_data_ptr()),
-            runtime::value_arg<std::int64_t>(p.planes), runtime::value_arg<std::int64_t>(p.ih),
-            runtime::value_arg<std::int64_t>(p.iw), runtime::value_arg<std::int64_t>(p.oh),
-            runtime::value_arg<std::int64_t>(p.ow), runtime::value_arg(scale_h), runtime::value_arg(scale_w)});
-  }
+  if (p.planes > 0) run(op, kernel, grad_input, g, p, p.planes, scale_h, scale_w, align_corners);
   return grad_input;
 }
 
@@ -104,7 +86,7 @@ at::Tensor k_upsample_nearest2d(const at::Tensor & self, at::IntArrayRef output_
   const char* op = "upsample_nearest2d";
   const Planes p = planes_of(op, self.sizes(), output_size);
   return forward(op, "nearest2d_f32", self, output_size, source_step(scales_h, p.ih, p.oh),
-                 source_step(scales_w, p.iw, p.ow), std::nullopt);
+                 source_step(scales_w, p.iw, p.ow), false);
 }
 
 at::Tensor k_upsample_nearest2d_backward(const at::Tensor & grad_output, at::IntArrayRef output_size,
@@ -113,7 +95,7 @@ at::Tensor k_upsample_nearest2d_backward(const at::Tensor & grad_output, at::Int
   const char* op = "upsample_nearest2d_backward";
   const Planes p = planes_of(op, input_size, output_size);
   return backward(op, "nearest2d_backward_f32", grad_output, output_size, input_size,
-                  source_step(scales_h, p.ih, p.oh), source_step(scales_w, p.iw, p.ow), std::nullopt);
+                  source_step(scales_h, p.ih, p.oh), source_step(scales_w, p.iw, p.ow), false);
 }
 
 at::Tensor k_upsample_bilinear2d(const at::Tensor & self, at::IntArrayRef output_size, bool align_corners,
