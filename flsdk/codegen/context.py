@@ -62,7 +62,8 @@ STATIC_GLUE = frozenset({
 # is compiled for those alone.
 KERNEL_LIB_DIR = "flsdk/kernel_lib"
 KERNEL_LIB = ("common.h", "dtype.h", "errors.h", "args.h", "alloc.h", "device.h", "iter.h",
-              "pointwise.h", "parallel.h", "dense.h", "port.h", "random_key.h", "convert.cpp")
+              "pointwise.h", "parallel.h", "dense.h", "port.h", "queued_work.h", "random_key.h",
+              "convert.cpp")
 KERNEL_LIB_SOURCE = "kernel_lib/convert.cpp"
 # Static glue written only for a backend with kernels in a device language
 # (device.yaml device_code): the lookup of generated/device_sources.cpp.

@@ -16,6 +16,7 @@
 // Device part run as host code (runtime_primitives: host_kernels; the backend
 // defines port.h's functions in kernels/kernel_port.cpp):
 // device.h   - DeviceTensor, launch, read_on_host: host part vs device part
+// queued_work.h - the device part's closure in recycled memory (launch's queue)
 // iter.h     - StridedIter (broadcasting, coalescing) and map1/map2/map3 loops
 // pointwise.h - unary_kernel/binary_kernel/ternary_kernel drivers, float_compute
 // parallel.h - parallel_for/parallel_reduce over the compute units

@@ -34,10 +34,10 @@
 #include "kernel_api.h"
 #include "parallel.h"
 #include "port.h"
+#include "queued_work.h"
 
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <utility>
 
 namespace FLSDK_BACKEND_NS::common {
@@ -163,23 +163,25 @@ inline void launch(const at::Tensor& on, Body&& body,
                    runtime::ActivityKind kind = runtime::ActivityKind::Kernel) {
   const int device = on.device().index();
   const char* name = ::FLSDK_BACKEND_NS::current_kernel();
-  std::function<void()> work;
+  QueuedWork work;
   if (port::kernel_is_wrong(name)) {
     // The port's fault injection names this kernel: its result is spoiled on purpose
     // (`on` is the output of nearly every kernel).
-    work = [threads = intra_op_threads(), body = std::forward<Body>(body), spoiled = DeviceTensor(on)] {
+    work = make_queued_work([threads = intra_op_threads(), body = std::forward<Body>(body),
+                             spoiled = DeviceTensor(on)] {
       LaunchedThreads scope(threads);
       body();
       spoil_first_element(spoiled);
-    };
+    });
   } else {
-    work = [threads = intra_op_threads(), body = std::forward<Body>(body)] {
+    work = make_queued_work([threads = intra_op_threads(), body = std::forward<Body>(body)] {
       LaunchedThreads scope(threads);
       body();
-    };
+    });
   }
-  const auto status =
-      port::queue(device, ::FLSDK_BACKEND_NS::launch_stream(device), std::move(work), name, kind);
+  const auto status = port::queue(device, ::FLSDK_BACKEND_NS::launch_stream(device), work.run,
+                                  work.arg, name, kind);
+  if (status != runtime::Status::Ok) work.discard(work.arg);
   ::FLSDK_BACKEND_NS::check_status(status, "launch");
 }
 

@@ -18,15 +18,20 @@
 #include "runtime_adapter.h"
 
 #include <cstdint>
-#include <functional>
 
 namespace FLSDK_BACKEND_NS::common::port {
 
-// Queues `work` on `stream` of `device` and returns once it is queued; the
-// work runs later, in stream order, as device work (device_or_host_view
-// answers inside it). `name` (static storage, null: unnamed) and `kind` are
-// what the profiler's device lanes show for it.
-runtime::Status queue(int device, runtime::Stream stream, std::function<void()> work,
+// Queues fn(arg) on `stream` of `device` and returns once it is queued; it
+// runs later, in stream order, as device work (device_or_host_view answers
+// inside it). fn owns arg, as with launch_host_kernel (runtime_adapter.h): call
+// it exactly once. When queue returns an error, fn must not run; the caller
+// frees arg. `name` (static storage, null: unnamed) and `kind` are what the
+// profiler's device lanes show for it.
+//
+// A plain function and argument, not a std::function, because launch()
+// (device.h) keeps the closure in recycled memory (queued_work.h): wrapping it
+// again would put it back on the C heap.
+runtime::Status queue(int device, runtime::Stream stream, void (*fn)(void*), void* arg,
                       const char* name, runtime::ActivityKind kind);
 
 // Inside device work: the device's view of `p` when it is device memory, `p`

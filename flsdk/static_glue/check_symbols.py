@@ -43,6 +43,11 @@ def main(path: str) -> int:
             print("flsdk: no kernel file defines this kernel with the signature generated/kernels.h "
                   "declares; define it exactly as declared there (run `flsdk gen` after changing "
                   "kernels)", file=sys.stderr)
+        elif "::common::port::" in symbol:
+            print("flsdk: kernels/kernel_port.cpp must define every function of "
+                  "generated/kernel_lib/port.h with the signature declared there (port::queue "
+                  "takes a plain function and its argument, as launch_host_kernel does; "
+                  "cookiecutter-backend's kernel_port.cpp shows one)", file=sys.stderr)
         return 1
     return 0
 

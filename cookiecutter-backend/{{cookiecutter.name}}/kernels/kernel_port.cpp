@@ -8,23 +8,13 @@
 // host_kernels and this file (docs/writing-a-kernel.md, last section).
 #include "kernel_lib/port.h"
 
-#include <memory>
-#include <utility>
-
 namespace {{ cookiecutter.name }}::common::port {
 
-// launch_host_kernel takes a plain function and argument: the work travels on
-// the heap, owned by the call that runs it (or freed here if it never queued).
-runtime::Status queue(int device, runtime::Stream stream, std::function<void()> work,
+// port.h's queue is launch_host_kernel's contract (fn owns arg, runs once).
+runtime::Status queue(int device, runtime::Stream stream, void (*fn)(void*), void* arg,
                       const char* /*name: a runtime with profiling names the work*/,
                       runtime::ActivityKind /*kind*/) {
-  using Work = std::function<void()>;
-  auto* heap = new Work(std::move(work));
-  const runtime::Status status = runtime::launch_host_kernel(
-      device, stream, [](void* p) { std::unique_ptr<Work> owned(static_cast<Work*>(p)); (*owned)(); },
-      heap);
-  if (status != runtime::Status::Ok) delete heap;
-  return status;
+  return runtime::launch_host_kernel(device, stream, fn, arg);
 }
 
 // device_view answers inside device work only, and null for memory that is not

@@ -13,9 +13,11 @@
 
 namespace acme::common::port {
 
-runtime::Status queue(int device, runtime::Stream stream, std::function<void()> work,
+// A function pointer and its argument fit in std::function's own storage: acme's
+// queue takes the work with no allocation (port.h says why that matters).
+runtime::Status queue(int device, runtime::Stream stream, void (*fn)(void*), void* arg,
                       const char* name, runtime::ActivityKind kind) {
-  return runtime::launch(device, stream, std::move(work), name, kind);
+  return runtime::launch(device, stream, [fn, arg] { fn(arg); }, name, kind);
 }
 
 void* device_or_host_view(const void* p) { return runtime::device_or_host_view(p); }

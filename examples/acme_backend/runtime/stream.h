@@ -64,7 +64,8 @@ inline thread_local const acmeStream_st* t_running_stream = nullptr;
 // too, once to take the item and once to count it done: on 2 cores both threads
 // ran at the same rate on tiny ops, and a contended lock sends the loser to
 // sleep in the kernel. List nodes are recycled (the host allocating what the
-// worker frees makes every launch a cross-thread free in the C heap).
+// worker frees makes every launch a cross-thread free in the C heap; the
+// kernel library recycles its closures for the same reason, queued_work.h).
 //
 // Work is taken off the list by whoever holds the consumer token: the worker,
 // or a host thread that synchronizes the stream (drain). A host that waits for
