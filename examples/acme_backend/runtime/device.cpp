@@ -224,6 +224,7 @@ acmeError_t acmeInit(int device_count, size_t capacity, size_t alignment) {
     for (auto& s : r.default_streams)
       if (s) s->shutdown();
     r.default_streams.assign(device_count, nullptr);
+    r.default_streams_generation.fetch_add(1, std::memory_order_release);
     r.arenas.swap(arenas);
     r.count = device_count;
     r.capacity = capacity;

@@ -94,6 +94,9 @@ struct Runtime {
   std::unordered_map<acmeEvent_st*, std::shared_ptr<acmeEvent_st>> events;
   std::vector<std::string> orphan_errors;
   std::vector<std::shared_ptr<acmeStream_st>> default_streams;
+  // Bumped (under reg_mu) whenever acmeInit replaces the default streams: a
+  // launching thread's cached default streams (stream.cpp) are then stale.
+  std::atomic<uint64_t> default_streams_generation{0};
   uint64_t next_id = 1;
 
   // Slow-device option: every piece of queued work waits this long before it

@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace acme_internal {
 
@@ -57,6 +58,35 @@ acmeError_t default_stream(int device, std::shared_ptr<acmeStream_st>* out) {
   }
   *out = slot;
   return acmeSuccess;
+}
+
+// The default stream of `device` for a launch from this thread, without the
+// registry's lock: each thread keeps the default streams it used, valid until
+// acmeInit replaces them or the process forks. A launch is the hot path of
+// every tiny op (issue 39: the lock and the shared_ptr copy per launch were
+// among the host's extra costs). The cache holds references, so a stream that
+// acmeInit shuts down meanwhile stays a valid object that refuses the work.
+acmeStream_st* launch_default_stream(int device, acmeError_t* error) {
+  struct Cache {
+    uint64_t generation = ~uint64_t{0};
+    uint64_t fork_epoch = ~uint64_t{0};
+    std::vector<std::shared_ptr<acmeStream_st>> streams;
+  };
+  thread_local Cache cache;
+  const uint64_t generation = rt().default_streams_generation.load(std::memory_order_acquire);
+  const uint64_t epoch = g_fork_epoch.load(std::memory_order_relaxed);
+  if (cache.generation != generation || cache.fork_epoch != epoch) {
+    cache.streams.clear();
+    cache.generation = generation;
+    cache.fork_epoch = epoch;
+  }
+  const auto slot = static_cast<size_t>(device);
+  if (slot < cache.streams.size() && cache.streams[slot]) return cache.streams[slot].get();
+  std::shared_ptr<acmeStream_st> s;
+  if ((*error = default_stream(device, &s))) return nullptr;
+  if (cache.streams.size() <= slot) cache.streams.resize(slot + 1);
+  cache.streams[slot] = std::move(s);
+  return cache.streams[slot].get();
 }
 
 acmeError_t find_stream(int device, acmeStream_t s, std::shared_ptr<acmeStream_st>* out) {
@@ -310,6 +340,18 @@ acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn
   const int64_t called = launch_clock();
   if (auto e = check_alive(device)) return e;
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
+  if (!stream) {
+    acmeError_t e = acmeSuccess;
+    acmeStream_st* s = launch_default_stream(device, &e);
+    if (!s) return e;
+    rt().stats.launches++;
+    if (!s->push(std::move(fn), "kernel", tag(kind, name ? name : "kernel", called)))
+      return fail(acmeErrorInvalidValue,
+                  "acme: the default stream of device %d was shut down (acmeInit) while work "
+                  "was being queued on it",
+                  device);
+    return acmeSuccess;
+  }
   std::shared_ptr<acmeStream_st> s;
   if (auto e = find_stream(device, stream, &s)) return e;
   rt().stats.launches++;

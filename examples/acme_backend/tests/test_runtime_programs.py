@@ -56,7 +56,8 @@ EXPECTED_TESTS = [
     # test_streams.cpp
     "stream_ordering", "default_stream_async", "null_stream_memcpy_ordered",
     "sticky_errors", "default_stream_errors", "device_synchronize_waits_default",
-    "slow_device_delays_work", "fork_child_streams", "multithread_stress",
+    "slow_device_delays_work", "fork_child_streams", "reinit_replaces_cached_default_streams",
+    "multithread_stress",
     "stream_benchmarks",
     # test_events.cpp
     "events", "events_on_default_stream", "event_elapsed", "stream_wait_event",

@@ -403,6 +403,30 @@ TEST(fork_child_streams) {
   CHECK_OK(rtm::free(0, d));
 }
 
+// A launch finds its default stream without the registry's lock, through a
+// per-thread cache (stream.cpp). Init replaces the default streams: a thread
+// that launched before must reach the new one, not the stopped old one, and
+// with fewer devices the ones gone are refused.
+TEST(reinit_replaces_cached_default_streams) {
+  std::atomic<int> ran{0};
+  for (int dev = 0; dev < kDevices; ++dev)
+    CHECK_OK(rtm::launch(dev, nullptr, [&ran] { ran++; }));
+  CHECK_OK(rtm::device_synchronize(0));
+  CHECK_OK(rtm::device_synchronize(1));
+  CHECK(ran == kDevices);
+  CHECK_OK(rtm::init({1, kCap, kAlign}));
+  CHECK_OK(rtm::launch(0, nullptr, [&ran] { ran++; }));
+  CHECK_OK(rtm::stream_synchronize(0, nullptr));
+  CHECK(ran == kDevices + 1);
+  CHECK_ST(rtm::launch(1, nullptr, [&ran] { ran++; }), Status::InvalidDevice);
+  init_default();
+  for (int dev = 0; dev < kDevices; ++dev)
+    CHECK_OK(rtm::launch(dev, nullptr, [&ran] { ran++; }));
+  CHECK_OK(rtm::device_synchronize(0));
+  CHECK_OK(rtm::device_synchronize(1));
+  CHECK(ran == 2 * kDevices + 1);
+}
+
 // A few threads hammer malloc/free/copies/kernels/streams/events on both
 // devices for about a second. Each block carries a pattern unique to its
 // owner; a mixed-up allocator (overlapping blocks) or lost ordering shows up
