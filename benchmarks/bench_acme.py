@@ -10,7 +10,8 @@ device's time and names the device.
 Groups: tiny (8-element ops), op (1M add, matmul, conv), pointwise (every
 pointwise op at 1M float32 elements), train (ResNet-18 / GPT steps), models
 (a training step of each of the real-model set: torchvision, timm,
-transformers, diffusers and torch.nn architectures nobody here wrote) -- all at
+transformers, diffusers and torch.nn architectures nobody here wrote; zoo,
+run only when named: every architecture of that suite) -- all at
 one intra-op thread, `torch.set_num_threads(1)`, which also makes acme use one
 compute unit -- train_mt (the train steps at the default thread count:
 CPU's intra-op threads against acme's compute units), and host (the asynchronous
@@ -210,6 +211,18 @@ def real_model_steps(device, names=REAL_MODELS):
     return steps
 
 
+def zoo_steps(device):
+    """The real-model speed set (issue 39): a training step of every architecture
+    of the real-model suite (real_model_zoo.CASES: torchvision, timm, transformers,
+    diffusers and torch.nn, in float32). Run only when named (`--only zoo`): it
+    takes minutes."""
+    if ZOO_DIR not in sys.path:
+        sys.path.insert(0, ZOO_DIR)
+    import real_model_zoo as zoo
+
+    return real_model_steps(device, tuple(zoo.CASES))
+
+
 def rnn_steps(device):
     """Recurrent train steps (issue 39): the real-model set's RNN classifiers
     (embedding, 2-layer (bi)LSTM / GRU of 32, 9 steps, batch 2) and a larger
@@ -291,7 +304,10 @@ GROUPS = {  # name: (workloads, min seconds per round (full, quick), threads: 1 
     "models": (real_model_steps, (1.0, 0.1), 1),
     "rnn": (rnn_steps, (1.0, 0.1), 1),
     "kernels": (kernel_ops, (0.5, 0.05), 1),
+    "zoo": (zoo_steps, (0.5, 0.05), 1),
 }
+# Groups a run without --only leaves out (named with --only, they run).
+OPT_IN_GROUPS = ("zoo",)
 
 
 # Rounds per length: (min seconds per round: index into GROUPS' pair or 0, repeats,
@@ -309,7 +325,7 @@ def run(length: str, only: list[str] | None = None, device: str = "acme") -> lis
     default_threads = torch.get_num_threads()
     rows = []
     for kind, (make, times, threads) in GROUPS.items():
-        if only and kind not in only:
+        if (only and kind not in only) or (not only and kind in OPT_IN_GROUPS):
             continue
         min_time = 0.0 if time_index is None else times[time_index]
         torch.set_num_threads(threads or default_threads)
@@ -350,6 +366,22 @@ def table(rows: list[dict], device: str = "acme") -> str:
         out.append(f"| {r['kind']} | {r['name']} | {r['threads']} | {fmt(r['cpu_s'])} | {fmt(r['acme_s'])} "
                    f"| {r['ratio']:.2f}× | {target} |")
     return "\n".join(out)
+
+
+def model_summary(rows: list[dict]) -> list[str]:
+    """Median and worst ratio of each real-model group that ran (the targets of
+    issue 39 are on these)."""
+    import statistics
+
+    lines = []
+    for kind in ("models", "zoo"):
+        ratios = {r["name"]: r["ratio"] for r in rows if r["kind"] == kind}
+        if not ratios:
+            continue
+        worst = max(ratios, key=ratios.get)
+        lines.append(f"{kind}: {len(ratios)} architectures, median {statistics.median(ratios.values()):.2f}×, "
+                     f"worst {ratios[worst]:.2f}× ({worst.removesuffix(' train step')})")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -393,6 +425,8 @@ def _main(args) -> int:
     length = "smoke" if args.smoke else "quick" if args.quick else "full"
     rows = run(length, args.only, device)
     print(table(rows, device))
+    for line in model_summary(rows):
+        print(line)
     syncs = []
     if not args.only or {"train", "train_mt", "models"} & set(args.only):
         syncs = host_syncs_per_step(device, LENGTHS[length][3],

@@ -57,6 +57,20 @@ def test_import_benchmark_reports_both_settings(tmp_path, acme_backend):
 
 
 @pytest.mark.slow
+def test_zoo_group_runs_every_real_model_and_prints_median_and_worst(tmp_path, acme_backend):
+    out = tmp_path / "zoo.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_acme.py"), "--smoke", "--only", "zoo",
+                           "--json", str(out)], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    sys.path.insert(0, str(ROOT / "examples" / "acme_backend" / "tests"))
+    import real_model_zoo
+
+    assert {r["name"] for r in rows} == {f"{name} train step" for name in real_model_zoo.CASES}
+    assert f"zoo: {len(real_model_zoo.CASES)} architectures, median " in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.slow
 def test_compile_benchmark_quick_run(tmp_path, acme_backend):
     out = tmp_path / "compile.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick",
