@@ -11,6 +11,9 @@
 // once when its own cache is empty. Taking everything at once has no ABA
 // problem, as popping single blocks would.
 //
+// The pools keep what they hold: their size is the most closures ever queued
+// at once (a thread's own cache goes back to the C heap when the thread exits).
+//
 // The contract is launch_host_kernel's (runtime_adapter.h): run(arg) runs the
 // work and frees it, so the runtime calls it exactly once. If it never runs
 // (the queue call failed), the caller frees it with discard(arg).
@@ -80,14 +83,18 @@ class BlockPool {
   }
 };
 
-// The smallest size class that holds T; 0: none (T goes to the C heap).
+// The smallest size class that holds T: powers of two from 128 bytes to 4 KB
+// (an elementwise kernel's closure, its 1.3 KB iterator included, takes 2 KB);
+// 0: none (over-aligned or larger: T goes to the C heap).
 template <class T>
 constexpr std::size_t size_class() {
-  if constexpr (alignof(T) > alignof(std::max_align_t)) return 0;
-  else if constexpr (sizeof(T) <= 256) return 256;
-  else if constexpr (sizeof(T) <= 1024) return 1024;
-  else if constexpr (sizeof(T) <= 4096) return 4096;
-  else return 0;
+  if constexpr (alignof(T) > alignof(std::max_align_t) || sizeof(T) > 4096) {
+    return 0;
+  } else {
+    std::size_t size = 128;
+    while (size < sizeof(T)) size *= 2;
+    return size;
+  }
 }
 
 template <class Fn>
