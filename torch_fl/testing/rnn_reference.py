@@ -11,15 +11,19 @@ the workspace layout of PyTorch's CUDA kernels (what the backward ops read):
 
 Half-precision inputs compute in float32 and round once, as device kernels do.
 
-Whole-sequence layers (a backend's own ops that run one LSTM / GRU layer in one
-direction over every time step, e.g. acme's `acme::lstm_layer`; input [T, B, I],
-states [B, H], `reverse` runs time backwards) are referenced by the same cells,
-step by step (`lstm_layer`, `gru_layer`), and their backward ops by the cells'
-backward math over the saved workspace (`lstm_layer_backward`, `gru_layer_backward`):
+Whole-sequence layers (a backend's own ops that run one LSTM / GRU / Elman RNN
+layer in one direction over every time step, e.g. acme's `acme::lstm_layer`; input
+[T, B, I], states [B, H], `reverse` runs time backwards) are referenced by the same
+cells, step by step (`lstm_layer`, `gru_layer`, `rnn_layer`), and their backward ops
+by the cells' backward math over the saved workspace (`lstm_layer_backward`,
+`gru_layer_backward`, `rnn_layer_backward`):
 
     LSTM  workspace [T, B, 4H]: the cell's;  cell_states [T, B, H]: c after each step
     GRU   workspace [T, B, 4H]: r, z, n, hn + b_hn (the cell's without hx: the
           previous step's output is it)
+    RNN   no workspace: h = tanh(a) or relu(a) of the step's pre-activation a, and
+          the derivative comes from h itself (1 - h^2, or 0 where h <= 0), as PyTorch's
+          tanh_backward / threshold_backward take it from the result
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 __all__ = [
     "fused_lstm_cell", "fused_lstm_cell_backward_impl", "fused_gru_cell",
     "fused_gru_cell_backward", "lstm_layer", "lstm_layer_backward", "gru_layer",
-    "gru_layer_backward",
+    "gru_layer_backward", "rnn_layer", "rnn_layer_backward",
 ]
 
 
@@ -178,3 +182,34 @@ def gru_layer_backward(grad_output, grad_hy, input, hx, w_ih, w_hh, output, work
         gx_gates[t], gh_gates[t], dh_direct, _, _ = fused_gru_cell_backward(grad_output[t] + dh, ws, False)
         dh = dh_direct + gh_gates[t] @ w_hh
     return _layer_weight_grads(gx_gates, gh_gates, input, hx, w_ih, output, steps, dh)
+
+
+def rnn_layer(input, hx, w_ih, w_hh, b_ih=None, b_hh=None, reverse=False, relu=False):
+    """(output [T, B, H], hy) of an Elman RNN layer: h = act(x W_ih^T + b_ih + h W_hh^T + b_hh),
+    act tanh or relu (nn.RNN's nonlinearity), computed as nn.RNNCell's CPU composite."""
+    T, B, H = input.shape[0], hx.shape[0], hx.shape[1]
+    output = input.new_empty(T, B, H)
+    h = hx
+    for t in _steps(T, reverse):
+        a = torch.nn.functional.linear(input[t], w_ih, b_ih) + torch.nn.functional.linear(h, w_hh, b_hh)
+        h = a.relu() if relu else a.tanh()
+        output[t] = h
+    return output, h.clone()
+
+
+def rnn_layer_backward(grad_output, grad_hy, input, hx, w_ih, w_hh, output, reverse=False, relu=False):
+    """Gradients of rnn_layer from its saved output: (input, hx, w_ih, w_hh, b_ih, b_hh);
+    the two bias gradients are the same. The activation's derivative is taken from
+    the output (1 - h^2 for tanh; for relu 0 where h <= 0, else 1, as threshold_backward),
+    whatever values `output` holds."""
+    T = input.shape[0]
+    steps = _steps(T, reverse)
+    dh = grad_hy
+    grad_pre = [None] * T
+    for k in range(T - 1, -1, -1):
+        t = steps[k]
+        h = output[t]
+        g = grad_output[t] + dh
+        grad_pre[t] = torch.where(h <= 0, torch.zeros_like(g), g) if relu else g * (1 - h * h)
+        dh = grad_pre[t] @ w_hh
+    return _layer_weight_grads(grad_pre, grad_pre, input, hx, w_ih, output, steps, dh)

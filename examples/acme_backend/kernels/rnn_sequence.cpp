@@ -1,21 +1,26 @@
-// acme whole-sequence recurrent layers: one LSTM or GRU layer, one direction,
-// over all time steps in a single device launch, and its backward in another.
+// acme whole-sequence recurrent layers: one LSTM, GRU or Elman RNN (tanh / relu)
+// layer, one direction, over all time steps in a single device launch, and its
+// backward in another.
 //
-// PyTorch's nn.LSTM / nn.GRU on a PrivateUse1 device run aten::lstm.input /
-// gru.input as a composite: per time step a matmul, an add and a fused cell op,
-// each a host launch (a 9-step 2-layer LSTM step is hundreds of launches, and on
-// acme every one crosses the stream queue). CUDA avoids this with cuDNN's
+// PyTorch's nn.LSTM / nn.GRU / nn.RNN on a PrivateUse1 device run aten::lstm.input /
+// gru.input / rnn_tanh.input / rnn_relu.input as a composite: per time step a
+// matmul, an add and a fused cell op (nn.RNN: an add and the activation), each a
+// host launch (a 9-step 2-layer LSTM step is hundreds of launches, and on acme
+// every one crosses the stream queue). CUDA avoids this with cuDNN's
 // whole-sequence kernel; acme does the same here. rnn_sequence_glue.cpp routes
-// lstm.input / gru.input to these ops (and their backward ops) when it can.
+// those ops to these (and their backward ops) when it can.
 //
 // Layout: input [T, B, I] (time major), hx / cx [B, H], w_ih [G*H, I],
-// w_hh [G*H, H], biases [G*H]; G = 4 (LSTM gates i, f, g, o) or 3 (GRU r, z, n),
-// PyTorch's order. `reverse` runs time backwards (the second direction of a
-// bidirectional layer): output[t] is then the state after steps T-1 .. t.
+// w_hh [G*H, H], biases [G*H]; G = 4 (LSTM gates i, f, g, o), 3 (GRU r, z, n) or
+// 1 (RNN), PyTorch's order. `reverse` runs time backwards (the second direction of
+// a bidirectional layer): output[t] is then the state after steps T-1 .. t.
 // Saved for backward (time-indexed like the output):
 //   LSTM workspace [T, B, 4H]: the activated gates i, f, g, o; cell_states [T, B, H]
 //   GRU  workspace [T, B, 4H]: r, z, n and hn + b_hn (the hidden n-gate before r
 //   scales it), the CUDA cell's workspace without the saved hx (output has it)
+//   RNN  nothing but the output: h = tanh(a) or relu(a), and the derivative of
+//   either is a function of h (1 - h^2; 0 where h <= 0, else 1, as PyTorch's
+//   threshold_backward takes it)
 // The input projection of every step is one GEMM over the whole sequence; each
 // step then adds h_{t-1} W_hh^T (a GEMM of B rows) and the gate math. Computed in
 // float (double for float64); the device part works on dense arrays.
@@ -62,6 +67,19 @@ void tanh_inplace(Acc* p, int64_t n) {
     }
   }
   for (int64_t i = 0; i < n; ++i) p[i] = std::tanh(p[i]);
+}
+
+// max(x, 0) in place (NaN stays NaN, as PyTorch's relu). float32 uses the
+// vector unit's, as acme's relu kernel does.
+template <class Acc>
+void relu_inplace(Acc* p, int64_t n) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (auto fn = vec::unary_f32()) {
+      fn(vec::Unary::Relu, p, p, n, 0.f, 0.f);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] < Acc(0) ? Acc(0) : p[i];
 }
 
 // Row-major dense matrix views for nn::gemm.
@@ -463,6 +481,126 @@ k_gru_layer_backward(const at::Tensor& grad_output, const at::Tensor& grad_hy,
       nn::store<Acc>(op, dh.data(), grad_hx);
       column_sums<Acc>(op, dgx.data(), T * B, G, grad_b_ih);
       column_sums<Acc>(op, dgh.data(), T * B, G, grad_b_hh);
+    });
+  });
+  return {grad_input, grad_hx, grad_w_ih, grad_w_hh, grad_b_ih, grad_b_hh};
+}
+
+::std::tuple<at::Tensor, at::Tensor> k_rnn_layer(const at::Tensor& input, const at::Tensor& hx,
+                                                const at::Tensor& w_ih, const at::Tensor& w_hh,
+                                                const ::std::optional<at::Tensor>& b_ih_,
+                                                const ::std::optional<at::Tensor>& b_hh_,
+                                                bool reverse, bool relu) {
+  const char* op = "rnn_layer";
+  const at::Tensor& b_ih = opt(b_ih_);
+  const at::Tensor& b_hh = opt(b_hh_);
+  nn::check_float(op, input);
+  const auto [T, B, I, H] = check_layer(op, 1, input, hx, w_ih, w_hh, b_ih, b_hh);
+  const auto opts = input.options();
+  at::Tensor output = at::empty({T, B, H}, opts);
+  at::Tensor hy = at::empty({B, H}, opts);
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = FL_T(tag);
+    launch(output, [op, T, B, I, H, reverse, relu, input = DeviceTensor(input), hx = DeviceTensor(hx),
+                    w_ih = DeviceTensor(w_ih), w_hh = DeviceTensor(w_hh), b_ih = DeviceTensor(b_ih),
+                    b_hh = DeviceTensor(b_hh), output = DeviceTensor(output), hy = DeviceTensor(hy)] {
+      auto x = nn::load<Acc>(op, input);
+      auto h0 = nn::load<Acc>(op, hx);
+      auto wi = nn::load<Acc>(op, w_ih);
+      auto wh = nn::load<Acc>(op, w_hh);
+      nn::OutBuf<Acc> y(output), hyb(hy);
+      // Every step's input projection (+ both biases) at once, into the output:
+      // each step then adds h_{t-1} W_hh^T to its slice and activates it in place.
+      Acc* a = y.data();
+      nn::gemm<Acc>(op, rows(x.data(), T * B, I), transposed(wi.data(), H, I), Acc(1), Acc(0), a, H);
+      if (b_ih.defined()) {
+        auto bi = nn::load<Acc>(op, b_ih);
+        auto bh = nn::load<Acc>(op, b_hh);
+        std::vector<Acc> bias(static_cast<size_t>(H));
+        for (int64_t j = 0; j < H; ++j) bias[j] = bi.data()[j] + bh.data()[j];
+        for (int64_t r = 0; r < T * B; ++r)
+          for (int64_t j = 0; j < H; ++j) a[r * H + j] += bias[j];
+      }
+      for (int64_t s = 0; s < T; ++s) {
+        const int64_t t = time_of(s, T, reverse);
+        const Acc* hprev = s == 0 ? h0.data() : y.data() + time_of(s - 1, T, reverse) * B * H;
+        Acc* h = a + t * B * H;
+        nn::gemm<Acc>(op, rows(hprev, B, H), transposed(wh.data(), H, H), Acc(1), Acc(1), h, H);
+        if (relu)
+          relu_inplace(h, B * H);
+        else
+          tanh_inplace(h, B * H);
+      }
+      const Acc* last = T ? y.data() + time_of(T - 1, T, reverse) * B * H : h0.data();
+      std::copy(last, last + B * H, hyb.data());
+      y.finish(op);
+      hyb.finish(op);
+    });
+  });
+  return {output, hy};
+}
+
+::std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+k_rnn_layer_backward(const at::Tensor& grad_output, const at::Tensor& grad_hy,
+                     const at::Tensor& input, const at::Tensor& hx, const at::Tensor& w_ih,
+                     const at::Tensor& w_hh, const at::Tensor& output, bool reverse, bool relu) {
+  const char* op = "rnn_layer_backward";
+  nn::check_float(op, input);
+  const auto [T, B, I, H] = check_layer(op, 1, input, hx, w_ih, w_hh, at::Tensor(), at::Tensor());
+  const auto st = input.scalar_type();
+  check_same(op, grad_hy, "grad_hy", {B, H}, st);
+  check_same(op, grad_output, "grad_output", {T, B, H}, st);
+  check_same(op, output, "output", {T, B, H}, st);
+  const auto opts = input.options();
+  at::Tensor grad_input = at::empty({T, B, I}, opts);
+  at::Tensor grad_hx = at::empty({B, H}, opts);
+  at::Tensor grad_w_ih = at::empty({H, I}, opts);
+  at::Tensor grad_w_hh = at::empty({H, H}, opts);
+  at::Tensor grad_b_ih = at::empty({H}, opts);
+  at::Tensor grad_b_hh = at::empty({H}, opts);
+  nn::dispatch_compute(op, input, [&](auto tag) {
+    using Acc = FL_T(tag);
+    launch(grad_input, [op, T, B, I, H, reverse, relu, grad_output = DeviceTensor(grad_output),
+                        grad_hy = DeviceTensor(grad_hy), input = DeviceTensor(input),
+                        hx = DeviceTensor(hx), w_ih = DeviceTensor(w_ih), w_hh = DeviceTensor(w_hh),
+                        output = DeviceTensor(output), grad_input = DeviceTensor(grad_input),
+                        grad_hx = DeviceTensor(grad_hx), grad_w_ih = DeviceTensor(grad_w_ih),
+                        grad_w_hh = DeviceTensor(grad_w_hh), grad_b_ih = DeviceTensor(grad_b_ih),
+                        grad_b_hh = DeviceTensor(grad_b_hh)] {
+      auto gy = nn::load<Acc>(op, grad_output);
+      auto x = nn::load<Acc>(op, input);
+      auto h0 = nn::load<Acc>(op, hx);
+      auto wi = nn::load<Acc>(op, w_ih);
+      auto wh = nn::load<Acc>(op, w_hh);
+      auto y = nn::load<Acc>(op, output);
+      auto ghy = nn::load<Acc>(op, grad_hy);
+      // gradients of the pre-activations, every step
+      std::vector<Acc> da(static_cast<size_t>(T * B * H));
+      // the running gradient of h reaching the step being processed
+      std::vector<Acc> dh(ghy.data(), ghy.data() + B * H);
+      for (int64_t s = T - 1; s >= 0; --s) {
+        const int64_t t = time_of(s, T, reverse);
+        const Acc* h = y.data() + t * B * H;
+        const Acc* gout = gy.data() + t * B * H;
+        Acc* d = da.data() + t * B * H;
+        if (relu)
+          for (int64_t k = 0; k < B * H; ++k) d[k] = h[k] <= Acc(0) ? Acc(0) : gout[k] + dh[k];
+        else
+          for (int64_t k = 0; k < B * H; ++k) d[k] = (gout[k] + dh[k]) * (Acc(1) - h[k] * h[k]);
+        // h_prev feeds the step through W_hh
+        nn::gemm<Acc>(op, rows(d, B, H), rows(wh.data(), H, H), Acc(1), Acc(0), dh.data(), H);
+      }
+      nn::OutBuf<Acc> gi(grad_input), gwi(grad_w_ih), gwh(grad_w_hh);
+      nn::gemm<Acc>(op, rows(da.data(), T * B, H), rows(wi.data(), H, I), Acc(1), Acc(0), gi.data(), I);
+      nn::gemm<Acc>(op, transposed(da.data(), T * B, H), rows(x.data(), T * B, I), Acc(1), Acc(0),
+                    gwi.data(), I);
+      grad_recurrent_weight<Acc>(op, da.data(), y.data(), h0.data(), T, B, H, H, reverse, gwh.data());
+      gi.finish(op);
+      gwi.finish(op);
+      gwh.finish(op);
+      nn::store<Acc>(op, dh.data(), grad_hx);
+      column_sums<Acc>(op, da.data(), T * B, H, grad_b_ih);
+      column_sums<Acc>(op, da.data(), T * B, H, grad_b_hh);
     });
   });
   return {grad_input, grad_hx, grad_w_ih, grad_w_hh, grad_b_ih, grad_b_hh};
