@@ -7,9 +7,13 @@ run them and every RNN dies with "Could not run ... 'CPU' backend".
 Each test runs forward + backward + one SGD step on acme and on CPU from the same
 weights, asserts the fallback log is empty and that outputs, gradients and updated
 parameters match CPU within 1e-4 (float32; summation order differs).
+
+The second half covers the whole-sequence path (acme::lstm_layer, gru_layer,
+rnn_layer): nn.LSTM, nn.GRU and nn.RNN (tanh and relu) as a few launches per layer.
 """
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -19,6 +23,12 @@ import torch_fl_acme._C as native
 
 DEVICE = "acme:0"
 TOL = dict(atol=1e-4, rtol=1e-4)
+
+# the recurrent modules the whole-sequence path takes (nn.RNN with either nonlinearity)
+RNN_RELU = functools.partial(nn.RNN, nonlinearity="relu")
+SEQ_KINDS = pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU, nn.RNN, RNN_RELU],
+                                    ids=["lstm", "gru", "rnn_tanh", "rnn_relu"])
+ELMAN_KINDS = pytest.mark.parametrize("kind", [nn.RNN, RNN_RELU], ids=["rnn_tanh", "rnn_relu"])
 
 
 def _step(model, inputs, device):
@@ -133,10 +143,13 @@ def test_mismatched_gate_shapes_name_the_op():
                                             torch.ones(2, 2, dtype=torch.long, device=DEVICE))
 
 
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_rnn_under_bf16_autocast(kind):
     # As on CUDA, the fused cells are lower_precision_fp: gates and states in
-    # bfloat16, natively, and close to the float32 result.
+    # bfloat16, natively, and close to the float32 result. (nn.RNN's cell is a
+    # composite of linear and tanh / relu: its linears run in bfloat16.) The
+    # whole-sequence ops compute in the input's dtype only, so autocast takes the
+    # per-step path: a float32 output would mean it did not.
     torch.manual_seed(0)
     model = kind(5, 6, num_layers=2, batch_first=True)
     x = _seq(3, 7, 5)
@@ -176,7 +189,7 @@ def _train_step_launches(model, seq_len):
 
 
 @pytest.mark.parametrize("batch_first", [False, True], ids=["time-major", "batch-first"])
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_launches_do_not_grow_with_the_sequence(kind, batch_first):
     # the per-step path launched several kernels per time step (a matmul, an
     # add and the cell, forward and backward): 2 layers x 40 steps were ~1000
@@ -187,7 +200,7 @@ def test_launches_do_not_grow_with_the_sequence(kind, batch_first):
     assert long < 80, f"{long} launches for a 2-layer bidirectional train step"
 
 
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_sequence_float64_with_initial_state(kind):
     torch.manual_seed(0)
     model = kind(4, 5, num_layers=2).double()
@@ -196,7 +209,7 @@ def test_sequence_float64_with_initial_state(kind):
     _check(model, [_seq(6, 3, 4).double(), state])
 
 
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_sequence_only_the_output_used(kind):
     # the final states get no gradient: the backward sees zeros for them
     torch.manual_seed(0)
@@ -213,7 +226,7 @@ def test_sequence_only_the_output_used(kind):
     _check(OutputOnly(), [_seq(2, 5, 3)])
 
 
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_sequence_inference_mode_and_no_grad(kind):
     torch.manual_seed(0)
     model = kind(5, 6, num_layers=2, bidirectional=True, batch_first=True)
@@ -226,10 +239,11 @@ def test_sequence_inference_mode_and_no_grad(kind):
         torch.testing.assert_close(dev(x.to(DEVICE))[0].cpu(), ref.detach(), **TOL)
 
 
-def test_sequence_dropout_between_layers():
+@SEQ_KINDS
+def test_sequence_dropout_between_layers(kind):
     # dropout draws differ from CPU's: check what dropout does, not the values
     torch.manual_seed(0)
-    model = nn.LSTM(4, 5, num_layers=2, dropout=0.5).to(DEVICE)
+    model = kind(4, 5, num_layers=2, dropout=0.5).to(DEVICE)
     x = _seq(6, 3, 4).to(DEVICE)
     out, _ = model(x)
     out.sum().backward()
@@ -239,7 +253,7 @@ def test_sequence_dropout_between_layers():
     torch.testing.assert_close(model(x)[0].cpu(), copy.deepcopy(model).cpu()(x.cpu())[0], **TOL)
 
 
-@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU], ids=["lstm", "gru"])
+@SEQ_KINDS
 def test_sequence_double_backward(kind):
     # create_graph=True (a gradient penalty): the fused backward is not itself
     # differentiable, so that backward recomputes the layer per step; both
@@ -267,3 +281,98 @@ def test_per_step_path_still_serves_what_the_sequence_ops_do_not():
     plain, projected = nn.LSTM(5, 6), nn.LSTM(5, 6, proj_size=3)
     assert _train_step_launches(plain, 4) == _train_step_launches(plain, 12)
     assert _train_step_launches(projected, 4) < _train_step_launches(projected, 12)
+
+
+# ---------------------------------------------------------------------------
+# nn.RNN (tanh and relu): acme::rnn_layer / rnn_layer_backward per layer and
+# direction, taken over from aten::rnn_tanh.input / rnn_relu.input.
+
+def _profiled_op_counts(fn):
+    """How often each op ran in `fn` (forward and backward), by name."""
+    import collections
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+        torch.accelerator.synchronize()
+    return collections.Counter(e.name for e in prof.events())
+
+
+@ELMAN_KINDS
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_elman_rnn_three_layers_bidirectional_batch_first(kind, bias):
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=3, bidirectional=True, batch_first=True, bias=bias)
+    _check(model, [_seq(3, 7, 5)])
+
+
+@ELMAN_KINDS
+def test_elman_rnn_one_layer_with_initial_state(kind):
+    torch.manual_seed(0)
+    model = kind(4, 6)
+    _check(model, [_seq(5, 2, 4), _seq(1, 2, 6) * 0.5])
+
+
+@ELMAN_KINDS
+def test_elman_rnn_takes_the_layer_ops(kind):
+    # one forward and one backward layer op per layer and direction; none of the
+    # per-step composite's activations (a tanh / relu and its backward per step)
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, bidirectional=True).to(DEVICE)
+    x = _seq(7, 3, 5).to(DEVICE)
+    ops = _profiled_op_counts(lambda: model(x)[0].square().sum().backward())
+    assert ops["acme::rnn_layer"] == 4, ops
+    assert ops["acme::rnn_layer_backward"] == 4, ops
+    per_step = ("aten::tanh", "aten::relu", "aten::tanh_backward", "aten::threshold_backward")
+    assert all(ops[name] == 0 for name in per_step), ops
+
+
+@ELMAN_KINDS
+def test_elman_rnn_autocast_takes_the_per_step_path(kind):
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2).to(DEVICE)
+    x = _seq(4, 3, 5).to(DEVICE)
+
+    def step():
+        with torch.autocast("acme", dtype=torch.bfloat16):
+            out, _ = model(x)
+        out.float().sum().backward()
+
+    ops = _profiled_op_counts(step)
+    assert ops["acme::rnn_layer"] == 0, ops
+    # the composite's activation, once per layer and step
+    assert ops[f"aten::{model.nonlinearity}"] == 2 * 4, ops
+
+
+@ELMAN_KINDS
+def test_elman_rnn_bfloat16_takes_the_per_step_path(kind):
+    # the layer ops are float32 / float64 only: a bfloat16 model runs per step
+    torch.manual_seed(0)
+    model = kind(5, 6, num_layers=2, batch_first=True).bfloat16()
+    x = _seq(3, 4, 5).bfloat16()
+    ref = model(x)[0]
+    dev = copy.deepcopy(model).to(DEVICE)
+    ops = _profiled_op_counts(lambda: dev(x.to(DEVICE))[0].float().sum().backward())
+    assert ops["acme::rnn_layer"] == 0, ops
+    out = dev(x.to(DEVICE))[0]
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+@ELMAN_KINDS
+def test_elman_rnn_packed_sequence(kind):
+    # rnn_tanh.data / rnn_relu.data are not taken over: the per-step path
+    torch.manual_seed(0)
+    model = kind(4, 5, batch_first=True, bidirectional=True)
+
+    class Packed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = model
+
+        def forward(self, x):
+            lengths = torch.tensor([6, 4, 2])
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+            out, h = self.rnn(packed)
+            return nn.utils.rnn.pad_packed_sequence(out, batch_first=True)[0], h
+
+    _check(Packed(), [_seq(3, 6, 4)])
