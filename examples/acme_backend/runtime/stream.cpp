@@ -340,22 +340,24 @@ acmeError_t acmeLaunch(int device, acmeStream_t stream, std::function<void()> fn
   const int64_t called = launch_clock();
   if (auto e = check_alive(device)) return e;
   if (!fn) return fail(acmeErrorInvalidValue, "acme: launch: empty function");
+  // The default stream comes from the launching thread's cache (no registry lock);
+  // a created stream from the registry, kept alive by `held` while work is pushed.
+  std::shared_ptr<acmeStream_st> held;
+  acmeStream_st* s = nullptr;
   if (!stream) {
     acmeError_t e = acmeSuccess;
-    acmeStream_st* s = launch_default_stream(device, &e);
-    if (!s) return e;
-    rt().stats.launches++;
-    if (!s->push(std::move(fn), "kernel", tag(kind, name ? name : "kernel", called)))
-      return fail(acmeErrorInvalidValue,
-                  "acme: the default stream of device %d was shut down (acmeInit) while work "
-                  "was being queued on it",
-                  device);
-    return acmeSuccess;
+    if (!(s = launch_default_stream(device, &e))) return e;
+  } else {
+    if (auto e = find_stream(device, stream, &held)) return e;
+    s = held.get();
   }
-  std::shared_ptr<acmeStream_st> s;
-  if (auto e = find_stream(device, stream, &s)) return e;
   rt().stats.launches++;
-  if (!s->push(std::move(fn), "kernel", tag(kind, name ? name : "kernel", called)))
-    return destroyed(s);
+  if (!s->push(std::move(fn), "kernel", tag(kind, name ? name : "kernel", called))) {
+    if (held) return destroyed(held);
+    return fail(acmeErrorInvalidValue,
+                "acme: the default stream of device %d was shut down (acmeInit) while work "
+                "was being queued on it",
+                device);
+  }
   return acmeSuccess;
 }
