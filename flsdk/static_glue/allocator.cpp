@@ -13,6 +13,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -443,10 +445,21 @@ class DeviceCache {
 
 std::mutex g_config_mutex;
 Config g_config;
+// Bumped (under the mutex) each time g_config changes. Every allocation reads the
+// config: a thread keeps a copy and takes the mutex only when the generation
+// moved, so the hot path costs one load instead of a lock and an unlock.
+std::atomic<uint64_t> g_config_generation{1};
 
-Config current_config() {
-  std::lock_guard<std::mutex> lock(g_config_mutex);
-  return g_config;
+const Config& current_config() {
+  thread_local uint64_t seen = 0;
+  thread_local Config copy;
+  const uint64_t now = g_config_generation.load(std::memory_order_acquire);
+  if (now != seen) {
+    std::lock_guard<std::mutex> lock(g_config_mutex);
+    copy = g_config;
+    seen = g_config_generation.load(std::memory_order_relaxed);
+  }
+  return copy;
 }
 
 void apply_config_locked(const std::string& text, Config& cfg) {
@@ -608,6 +621,7 @@ void set_config(const std::string& text) {
   Config updated = g_config;
   apply_config_locked(text, updated);  // throws before anything changes
   g_config = updated;
+  g_config_generation.fetch_add(1, std::memory_order_release);
 }
 
 std::map<std::string, double> get_config() {
