@@ -9,9 +9,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
+import opencl_build  # noqa: E402
 import pytest  # noqa: E402
-from required_backend import acme_skip_reason
-from scaffold import build_into, flsdk
+from background_build import BackgroundJob  # noqa: E402
+from required_backend import acme_skip_reason  # noqa: E402
+from scaffold import build_into, flsdk  # noqa: E402
+
+
+@pytest.hookimpl(trylast=True)  # after flsdk.pytest_slow has marked what it skips
+def pytest_collection_modifyitems(config, items):
+    """The tests of the OpenCL example run last: its build runs in the background
+    while the others run (support/background_build.py)."""
+    late = [item for item in items if opencl_build.FIXTURE in getattr(item, "fixturenames", ())]
+    if late:
+        moved = set(map(id, late))
+        items[:] = [item for item in items if id(item) not in moved] + late
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_builds(request, tmp_path_factory):
+    """Starts the OpenCL example's build when a test of this session will use it
+    (its fixture, ocl_build, waits for it); stops it if the session ends first."""
+    wanted = any(opencl_build.FIXTURE in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
+                 for item in request.session.items)
+    job = None
+    if wanted:
+        base = tmp_path_factory.mktemp("opencl")
+        job = BackgroundJob("the OpenCL example's build", lambda job: opencl_build.prepare(base, job.run))
+        request.config.stash[opencl_build.JOB] = job
+    yield
+    if job is not None:
+        job.cancel()
 
 
 @pytest.fixture(scope="session")

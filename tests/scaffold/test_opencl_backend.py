@@ -1,9 +1,10 @@
 """examples/opencl_backend, the flsdk backend over a real OpenCL driver (issue 40),
 built from a copy of its folder and tested against PoCL from the package index.
 
-One build per session (the `ocl_build` fixture: PoCL's wheel into a folder, the
-backend's wheel built and extracted beside it; about 2.5 min on 2 cores without
-a compiler cache). CI runs a fast subset of the backend's own tests on it: the
+One build per session (the `ocl_build` fixture, tests/support/opencl_build.py:
+PoCL's wheel into a folder, the backend's wheel built and extracted beside it;
+about 2.5 min on 2 cores without a compiler cache). The session starts it in the
+background and runs these tests last (tests/conftest.py). CI runs a fast subset of the backend's own tests on it: the
 training test, the real-driver cases, the runtime adapter tests and the first
 float32 sample of every 8th native op (each op's OpenCL C is compiled by PoCL at
 first use: under a minute with cold caches, where every native op takes 110 s);
@@ -13,15 +14,12 @@ work: without the package index the tests skip, saying so."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
+import opencl_build
 import pytest
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "opencl_backend"
 
 # The fast subset: what shows the backend works on a real driver end to end
 # (paths under the example's tests/), and a stratified sample of the native ops.
@@ -36,26 +34,18 @@ def _run(cmd, **kw):
 
 
 @pytest.fixture(scope="session")
-def ocl_build(tmp_path_factory) -> tuple[Path, Path]:
-    """(root, site): a copy of the example, built; `site` holds its wheel and PoCL's."""
-    base = tmp_path_factory.mktemp("opencl")
-    root = base / "opencl_backend"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("build", "dist", "__pycache__", "*.so"))
-    site = base / "site"
-    # The OpenCL driver: PoCL's wheel, beside the backend (the runtime finds its ICD
-    # through torch_fl_ocl._find_driver, as in a user's venv).
-    pocl = _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(site),
-                 "pocl-binary-distribution"], timeout=600)
-    if pocl.returncode != 0:
-        pytest.skip(f"pocl-binary-distribution not installable here: {pocl.stderr[-500:]}")
-    wheels = base / "wheels"
-    env = dict(os.environ, MAX_JOBS="2", CMAKE_BUILD_PARALLEL_LEVEL="2", FLSDK_BUILD_PROGRESS="0")
-    build = _run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-                  "-w", str(wheels), str(root)], timeout=1800, env=env)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    with zipfile.ZipFile(next(wheels.glob("torch_fl_ocl-*.whl"))) as zf:
-        zf.extractall(site)
-    return root, site
+def ocl_build(request, tmp_path_factory) -> tuple[Path, Path]:
+    """(root, site): a copy of the example, built; `site` holds its wheel and PoCL's.
+    Started in the background when the session began (tests/conftest.py), or here."""
+    job = request.config.stash.get(opencl_build.JOB, None)
+    if job is None:
+        result = opencl_build.prepare(tmp_path_factory.mktemp("opencl"), _run)
+    else:
+        result = job.result(timeout=3600)
+        print(f"OpenCL example built in the background in {job.seconds():.0f} s")
+    if isinstance(result, str):
+        pytest.skip(result)
+    return result
 
 
 def _backend_pytest(root: Path, site: Path, cache: Path, *args: str):
