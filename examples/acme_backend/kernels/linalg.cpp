@@ -1,5 +1,5 @@
 // acme linear-algebra kernels: mm, bmm, addmm (with their out= kernels), baddbmm,
-// addbmm, addr, dot, vdot, mv, addmv, _addmm_activation, linalg_cross.
+// addbmm, addr, dot, vdot, mv, addmv, _addmm_activation, linalg_cross, _grouped_mm.
 // All products go through acme's GEMM (gemm.h -> vendor BLAS). float32 and
 // float64 operands are handed to BLAS in place, strides and transposition
 // included; float16/bfloat16 operands are widened to float32, multiplied, and
@@ -13,7 +13,9 @@
 #include "math/gemm.h"
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace acme::kernels {
@@ -425,6 +427,92 @@ at::Tensor k_linalg_cross(const at::Tensor& self, const at::Tensor& other, int64
         z[2 * inner] = x0 * y1 - x1 * y0;
       }
     ob.finish(op);
+    });
+  });
+  return out;
+}
+
+
+// _grouped_mm: a GEMM per group in one launch. offs (int32, one entry per group)
+// holds each group's end along the split dimension: the rows of a 2-d self
+// (2-d x 3-d), the columns of a 2-d mat2 (3-d x 2-d), or the shared inner
+// dimension (2-d x 2-d, one [M, N] result per group); 3-d x 3-d takes no offs
+// and is a bmm. The offsets are read in the device part, so nothing waits on the
+// host (PyTorch's CPU path copies them to the host first). Result rows or columns
+// no group covers are zero (the CPU path leaves them unwritten).
+at::Tensor k__grouped_mm(const at::Tensor& self, const at::Tensor& mat2,
+                         const ::std::optional<at::Tensor>& offs_,
+                         const ::std::optional<at::Tensor>& bias,
+                         ::std::optional<at::ScalarType> out_dtype) {
+  const char* op = "_grouped_mm";
+  check_float_operand(op, self, self, "self");
+  check_float_operand(op, self, mat2, "mat2");
+  FL_CHECK_T(self.dim() == 2 || self.dim() == 3, op, self, "self must be 2-d or 3-d, got ",
+             self.dim(), "-d");
+  FL_CHECK_T(mat2.dim() == 2 || mat2.dim() == 3, op, mat2, "mat2 must be 2-d or 3-d, got ",
+             mat2.dim(), "-d");
+  FL_CHECK(!bias.has_value() || !bias->defined(), op, "bias is not supported (as on the CPU)");
+  FL_CHECK(!out_dtype.has_value() || *out_dtype == self.scalar_type(), op,
+           "out_dtype must be self's dtype (", dtype_name(self.scalar_type()), ")");
+  const bool a2 = self.dim() == 2, b2 = mat2.dim() == 2;
+  const bool has_offs = offs_.has_value() && offs_->defined();
+  FL_CHECK(has_offs == (a2 || b2), op,
+           "offs must be given when self or mat2 is 2-d, and only then (got ",
+           has_offs ? "offs" : "no offs", " for ", self.dim(), "-d x ", mat2.dim(), "-d)");
+  FL_CHECK(self.size(-1) == mat2.size(-2), op, "shapes cannot be multiplied (", self.sizes(),
+           " and ", mat2.sizes(), ")");
+  at::Tensor offs;
+  int64_t groups = a2 && b2 ? 0 : (a2 ? mat2.size(0) : self.size(0));
+  if (has_offs) {
+    FL_CHECK_T(offs_->scalar_type() == at::kInt && offs_->dim() == 1, op, *offs_,
+               "offs must be a 1-d int32 tensor");
+    FL_CHECK(offs_->device() == self.device(), op, "offs is on ", offs_->device(),
+             ", self on ", self.device());
+    offs = offs_->contiguous();
+    if (a2 && b2) groups = offs.size(0);
+    FL_CHECK(offs.size(0) == groups, op, "offs has ", offs.size(0), " entries for ", groups,
+             " groups");
+  }
+  const int64_t M = a2 ? self.size(0) : self.size(1);
+  const int64_t N = mat2.size(-1);
+  // 2-d x 2-d and 3-d x 3-d give a result per group; the mixed forms one matrix
+  at::Tensor out = at::empty(a2 == b2 ? std::vector<int64_t>{groups, M, N} : std::vector<int64_t>{M, N},
+                             self.options());
+  if (out.numel() == 0) return out;
+  nn::dispatch_compute(op, self, [&](auto tag) {
+    using Acc = FL_T(tag);
+    launch(out, [op, a2, b2, groups, M, N, a = DeviceTensor(self), b = DeviceTensor(mat2),
+                 offs = has_offs ? DeviceTensor(offs) : DeviceTensor(), out = DeviceTensor(out)] {
+      MatSource<Acc> sa(op, a), sb(op, b);
+      nn::OutBuf<Acc> ob(out);
+      Acc* c = ob.data();
+      std::fill(c, c + out.numel(), Acc(0));
+      const int32_t* ends = offs.defined() ? offs.const_data_ptr<int32_t>() : nullptr;
+      // the split dimension's length, which the offsets must stay within
+      const int64_t split = a2 && b2 ? a.size(1) : (a2 ? M : N);
+      int64_t start = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t end = ends ? ends[g] : 0;
+        if (ends) {
+          FL_CHECK(end >= start && end <= split, op, "offs[", g, "] = ", end,
+                   ": offsets must be non-decreasing and at most ", split);
+        }
+        if (a2 && b2) {  // inner dimension split: out[g] = a[:, start:end] @ b[start:end, :]
+          const Mat<Acc> ma{sa.base + start * sa.cs, M, end - start, sa.rs, sa.cs};
+          const Mat<Acc> mb{sb.base + start * sb.rs, end - start, N, sb.rs, sb.cs};
+          nn::gemm<Acc>(op, ma, mb, Acc(1), Acc(0), c + g * M * N, N);
+        } else if (a2) {  // rows of a: out[start:end] = a[start:end] @ b[g]
+          const Mat<Acc> ma{sa.base + start * sa.rs, end - start, sa.cols, sa.rs, sa.cs};
+          nn::gemm<Acc>(op, ma, sb.at(g), Acc(1), Acc(0), c + start * N, N);
+        } else if (b2) {  // columns of b: out[:, start:end] = a[g] @ b[:, start:end]
+          const Mat<Acc> mb{sb.base + start * sb.cs, sb.rows, end - start, sb.rs, sb.cs};
+          nn::gemm<Acc>(op, sa.at(g), mb, Acc(1), Acc(0), c + start, N);
+        } else {  // batched
+          nn::gemm<Acc>(op, sa.at(g), sb.at(g), Acc(1), Acc(0), c + g * M * N, N);
+        }
+        start = end;
+      }
+      ob.finish(op);
     });
   });
   return out;
