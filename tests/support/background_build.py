@@ -8,8 +8,8 @@ the end of the session (tests/conftest.py moves them there), when it is done or
 nearly so. Its minutes leave CI's critical path.
 
 A job is a function run in a thread; its commands go through `run`, which
-starts each in a session of its own so `cancel` can stop the whole build (pip,
-cmake, ninja, the compilers) when the tests end early.
+starts each in a process group of its own so `cancel` can stop the whole build
+(pip, cmake, ninja, the compilers) when the tests end early.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ class BackgroundJob:
         with self._lock:
             if self._cancelled:
                 raise RuntimeError(f"{self.name}: cancelled")
+            # A process group of its own (cancel kills it whole), but not a session of
+            # its own: with the kernel's autogroup scheduling a new session gets an even
+            # share of the CPU against the tests whatever its nice value.
             proc = subprocess.Popen(LOW_PRIORITY + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True, **kw)
+                                    text=True, process_group=0, **kw)
             self._procs.append(proc)
         try:
             out, err = proc.communicate(timeout=timeout)
