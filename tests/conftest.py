@@ -20,7 +20,7 @@ from scaffold import build_into, flsdk  # noqa: E402
 def pytest_collection_modifyitems(config, items):
     """The tests of the OpenCL example run last: its build runs in the background
     while the others run (support/background_build.py)."""
-    late = [item for item in items if opencl_build.FIXTURE in getattr(item, "fixturenames", ())]
+    late = [item for item in items if opencl_build.needs_build(item)]
     if late:
         moved = set(map(id, late))
         items[:] = [item for item in items if id(item) not in moved] + late
@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 def background_builds(request, tmp_path_factory):
     """Starts the OpenCL example's build when a test of this session will use it
     (its fixture, ocl_build, waits for it); stops it if the session ends first."""
-    wanted = any(opencl_build.FIXTURE in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
+    wanted = any(opencl_build.needs_build(item) and not item.get_closest_marker("skip")
                  for item in request.session.items)
     job = None
     if wanted:

@@ -4,11 +4,11 @@ built from a copy of its folder and tested against PoCL from the package index.
 One build per session (the `ocl_build` fixture, tests/support/opencl_build.py:
 PoCL's wheel into a folder, the backend's wheel built and extracted beside it;
 about 2.5 min on 2 cores without a compiler cache). The session starts it in the
-background and runs these tests last (tests/conftest.py). CI runs a fast subset of the backend's own tests on it: the
-training test, the real-driver cases, the runtime adapter tests and the first
-float32 sample of every 8th native op (each op's OpenCL C is compiled by PoCL at
-first use: under a minute with cold caches, where every native op takes 110 s);
---run-slow runs all of them. Needs `pip install pocl-binary-distribution` to
+background and runs these tests last (tests/conftest.py). CI runs a fast subset
+of the backend's own tests on it: the training test, the real-driver cases, the
+runtime adapter tests and the first float32 sample of every 8th native op (each
+op's OpenCL C is compiled by PoCL at first use: under a minute with cold caches,
+where every native op takes 110 s); --run-slow runs all of them. Needs `pip install pocl-binary-distribution` to
 work: without the package index the tests skip, saying so."""
 
 from __future__ import annotations
@@ -34,15 +34,12 @@ def _run(cmd, **kw):
 
 
 @pytest.fixture(scope="session")
-def ocl_build(request, tmp_path_factory) -> tuple[Path, Path]:
+def ocl_build(request) -> tuple[Path, Path]:
     """(root, site): a copy of the example, built; `site` holds its wheel and PoCL's.
-    Started in the background when the session began (tests/conftest.py), or here."""
-    job = request.config.stash.get(opencl_build.JOB, None)
-    if job is None:
-        result = opencl_build.prepare(tmp_path_factory.mktemp("opencl"), _run)
-    else:
-        result = job.result(timeout=3600)
-        print(f"OpenCL example built in the background in {job.seconds():.0f} s")
+    Built in the background from the session's start (tests/conftest.py)."""
+    job = request.config.stash[opencl_build.JOB]
+    result = job.result(timeout=3600)
+    print(f"OpenCL example built in the background in {job.seconds():.0f} s")
     if isinstance(result, str):
         pytest.skip(result)
     return result

@@ -21,6 +21,11 @@ FIXTURE = "ocl_build"   # the fixture of the tests that need this build
 JOB = pytest.StashKey[BackgroundJob]()   # the background build, in the session's config
 
 
+def needs_build(item: pytest.Item) -> bool:
+    """Whether the test `item` uses this build."""
+    return FIXTURE in getattr(item, "fixturenames", ())
+
+
 def prepare(base: Path, run) -> tuple[Path, Path] | str:
     """Build into `base`: (root, site), or why it cannot be built here (a skip
     reason). `run(cmd, timeout, env=...)` runs a command like subprocess.run with
