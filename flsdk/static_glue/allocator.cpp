@@ -56,6 +56,7 @@ struct Block {
   char* ptr = nullptr;
   bool allocated = false;
   bool small = false;
+  bool parked = false;  // freed, kept aside for a request of its exact size (see park)
   Block* prev = nullptr;  // neighbours inside one segment
   Block* next = nullptr;
   std::unordered_set<c10::StreamId> stream_uses;  // record_stream
@@ -101,7 +102,12 @@ class DeviceCache {
     last_oom_reason_.clear();
     std::size_t size = round(requested, cfg);
     bool small = size <= kSmallRequest;
-    Block* block = find_free_locked(size, stream, cfg);
+    Block* block = take_parked_locked(size, stream);
+    if (!block) block = find_free_locked(size, stream, cfg);
+    if (!block && !parked_.empty()) {
+      flush_parked_locked();
+      block = find_free_locked(size, stream, cfg);
+    }
     if (!block) {
       maybe_collect_garbage_locked(cfg);
       block = new_segment_locked(size, small, stream, cfg);
@@ -125,7 +131,6 @@ class DeviceCache {
     update(stats_.active, block->small, 1);
     update(stats_.active_bytes, block->small, static_cast<int64_t>(block->size));
     update(stats_.requested_bytes, block->small, static_cast<int64_t>(requested));
-    live_.insert(block);
     memory_history::record(device_, Action::Alloc, address(block), block->size, block->stream,
                            block->context);
     report_to_profiler(block, static_cast<int64_t>(block->size));
@@ -176,6 +181,7 @@ class DeviceCache {
 
   DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_parked_locked();  // what is reported is the coalesced state, parked or not
     return stats_;
   }
 
@@ -208,6 +214,7 @@ class DeviceCache {
 
   void snapshot(std::vector<SegmentInfo>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_parked_locked();
     for (Block* head : segments_) {
       SegmentInfo info{device_, reinterpret_cast<std::size_t>(head->ptr), 0, 0, 0, head->stream};
       info.small = head->small;
@@ -326,16 +333,78 @@ class DeviceCache {
     return block;
   }
 
+  // A block nobody uses any more: it leaves the active stats and the history
+  // sees it freed. Small blocks are parked for the next request of their exact
+  // size; the rest coalesce into the free tree at once.
   void release_block_locked(Block* block) {
     update(stats_.active, block->small, -1);
     update(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
-    live_.erase(block);
     memory_history::record(device_, Action::FreeCompleted, address(block), block->size,
                            block->stream, nullptr);
     block->context.reset();
-    // Coalesce with free neighbours of the same segment.
+    if (block->small && block->size <= kParkMaxSize && parked_.size() < kMaxParked) {
+      park_locked(block);
+      return;
+    }
+    coalesce_into_free_locked(block);
+  }
+
+  // Parking (issue 39): an eager op on a small tensor frees its inputs' and
+  // temporaries' blocks and allocates the same sizes again at once. Through the
+  // free tree each such pair costs a split (a new Block), four tree updates
+  // and a merge; a parked block is handed back as it is. Parked blocks count as
+  // free, split blocks ("inactive_split") in the stats; anything that looks at
+  // the cache as a whole (stats, snapshot, empty_cache, a request the tree and
+  // the parked blocks cannot serve) first coalesces them, so what it sees is
+  // the same as without parking. Bounded, so the fragmentation they hold is too.
+  static constexpr std::size_t kParkMaxSize = 64 * 1024;
+  static constexpr std::size_t kMaxParked = 64;
+
+  void park_locked(Block* block) {
+    block->parked = true;
+    parked_.push_back(block);
+    if (block->prev || block->next) {
+      update(stats_.inactive_split, block->small, 1);
+      update(stats_.inactive_split_bytes, block->small, static_cast<int64_t>(block->size));
+    }
+  }
+
+  void unpark_locked(std::size_t index) {
+    Block* block = parked_[index];
+    parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(index));
+    block->parked = false;
+    if (block->prev || block->next) {
+      update(stats_.inactive_split, block->small, -1);
+      update(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
+    }
+  }
+
+  // The most recently parked block of exactly `size` bytes on `stream`, if any.
+  Block* take_parked_locked(std::size_t size, c10::StreamId stream) {
+    for (std::size_t i = parked_.size(); i-- > 0;) {
+      Block* block = parked_[i];
+      if (block->size == size && block->stream == stream) {
+        unpark_locked(i);
+        return block;
+      }
+    }
+    return nullptr;
+  }
+
+  void flush_parked_locked() {
+    while (!parked_.empty()) {
+      Block* block = parked_.back();
+      unpark_locked(parked_.size() - 1);
+      coalesce_into_free_locked(block);
+    }
+  }
+
+  // Merges a free block with its free neighbours of the same segment (parked
+  // ones stay parked) and files the result in the free tree.
+  void coalesce_into_free_locked(Block* block) {
     for (Block* neighbour : {block->prev, block->next}) {
-      if (!neighbour || neighbour->allocated || neighbour->pending_events > 0) continue;
+      if (!neighbour || neighbour->allocated || neighbour->parked || neighbour->pending_events > 0)
+        continue;
       free_.erase(neighbour);
       update(stats_.inactive_split, neighbour->small, -1);
       update(stats_.inactive_split_bytes, neighbour->small,
@@ -381,6 +450,7 @@ class DeviceCache {
   // stream is ordered after that work; giving the memory back is not), so the
   // device finishes its work first, once, when there is anything to give back.
   void release_cached_locked() {
+    flush_parked_locked();
     bool waited = false;
     for (auto it = free_.begin(); it != free_.end();) {
       Block* block = *it;
@@ -436,7 +506,7 @@ class DeviceCache {
   std::mutex mutex_;
   std::set<Block*, BlockOrder> free_;
   std::set<Block*> segments_;  // first block of every segment
-  std::unordered_set<Block*> live_;
+  std::vector<Block*> parked_;  // see park_locked
   std::vector<std::pair<runtime::Event, Block*>> pending_;
   std::size_t reserved_ = 0;
   std::string last_oom_reason_;
@@ -592,20 +662,29 @@ class CachingAllocator final : public c10::DeviceAllocator {
     instance().cache(block->device).free(block, memory_history::gather_free());
   }
 
+  // Every allocation and free asks for its device's cache: one load once the
+  // caches exist (std::call_once cost a thread-local lookup and a pthread_once
+  // on each call).
   DeviceCache& cache(int device) {
-    std::call_once(caches_once_, [this] {
-      int count = device_count();
-      for (int i = 0; i < count; ++i) caches_.push_back(std::make_unique<DeviceCache>(i));
-    });
+    if (!caches_ready_.load(std::memory_order_acquire)) make_caches();
     check_device_index(device);
     return *caches_[static_cast<std::size_t>(device)];
+  }
+
+  void make_caches() {
+    std::lock_guard<std::mutex> lock(caches_mutex_);
+    if (caches_ready_.load(std::memory_order_relaxed)) return;
+    int count = device_count();
+    for (int i = 0; i < count; ++i) caches_.push_back(std::make_unique<DeviceCache>(i));
+    caches_ready_.store(true, std::memory_order_release);
   }
 
  public:
   static CachingAllocator& instance();
 
  private:
-  std::once_flag caches_once_;
+  std::mutex caches_mutex_;
+  std::atomic<bool> caches_ready_{false};
   std::vector<std::unique_ptr<DeviceCache>> caches_;
   std::string env_error_;
 };
