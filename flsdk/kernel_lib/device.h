@@ -153,6 +153,18 @@ inline void spoil_first_element(const DeviceTensor& t) {
   }
 }
 
+// A device part as queued: it runs with the intra-op thread count of the
+// call that launched it (parallel.h).
+template <class Body>
+struct LaunchedBody {
+  int threads;
+  Body body;
+  void operator()() {
+    LaunchedThreads scope(threads);
+    body();
+  }
+};
+
 // Queues `body` (the device part) on the current stream of `on`'s device and
 // returns at once. `body` must capture by value and hold no at::Tensor.
 // The device part runs with the caller's intra-op thread count (parallel.h).
@@ -174,10 +186,8 @@ inline void launch(const at::Tensor& on, Body&& body,
       spoil_first_element(spoiled);
     });
   } else {
-    work = make_queued_work([threads = intra_op_threads(), body = std::forward<Body>(body)] {
-      LaunchedThreads scope(threads);
-      body();
-    });
+    work = emplace_queued_work<LaunchedBody<std::decay_t<Body>>>(intra_op_threads(),
+                                                                 std::forward<Body>(body));
   }
   const auto status = port::queue(device, ::FLSDK_BACKEND_NS::launch_stream(device), work.run,
                                   work.arg, name, kind);

@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace FLSDK_BACKEND_NS::common {
 
@@ -34,7 +36,7 @@ class StridedIter {
                 " dimensions are not supported");
     numel_ = 1;
     for (int d = 0; d < ndim_; ++d) {
-      shape_[d] = shape[d];
+      dims_[d].size = shape[d];
       numel_ *= shape[d];
     }
   }
@@ -66,11 +68,11 @@ class StridedIter {
       int64_t st = 0;
       if (d >= off) {
         const int64_t sz = sizes[d - off];
-        TORCH_CHECK(sz == shape_[d] || sz == 1, kBackend, ": operand of shape ", sizes,
-                    " does not broadcast to ", c10::IntArrayRef(shape_, ndim_));
-        st = (sz == 1 && shape_[d] != 1) ? 0 : strides[d - off] * elsize;
+        TORCH_CHECK(sz == dims_[d].size || sz == 1, kBackend, ": operand of shape ", sizes,
+                    " does not broadcast to ", shape_vector());
+        st = (sz == 1 && dims_[d].size != 1) ? 0 : strides[d - off] * elsize;
       }
-      stride_[k][d] = st;
+      dims_[d].stride[k] = st;
     }
     return k;
   }
@@ -82,9 +84,9 @@ class StridedIter {
     // 1. drop size-1 dims
     int nd = 0;
     for (int d = 0; d < ndim_; ++d) {
-      if (shape_[d] == 1) continue;
-      shape_[nd] = shape_[d];
-      for (int k = 0; k < nops_; ++k) stride_[k][nd] = stride_[k][d];
+      if (dims_[d].size == 1) continue;
+      dims_[nd].size = dims_[d].size;
+      for (int k = 0; k < nops_; ++k) dims_[nd].stride[k] = dims_[d].stride[k];
       ++nd;
     }
     ndim_ = nd;
@@ -93,11 +95,11 @@ class StridedIter {
     if (order_by_first && nops_ > 0) {
       for (int i = 1; i < ndim_; ++i) {
         for (int j = i; j > 0; --j) {
-          const int64_t a = std::abs(stride_[0][j - 1]);
-          const int64_t b = std::abs(stride_[0][j]);
+          const int64_t a = std::abs(dims_[j - 1].stride[0]);
+          const int64_t b = std::abs(dims_[j].stride[0]);
           if (a >= b) break;
-          std::swap(shape_[j - 1], shape_[j]);
-          for (int k = 0; k < nops_; ++k) std::swap(stride_[k][j - 1], stride_[k][j]);
+          std::swap(dims_[j - 1].size, dims_[j].size);
+          for (int k = 0; k < nops_; ++k) std::swap(dims_[j - 1].stride[k], dims_[j].stride[k]);
         }
       }
     }
@@ -107,31 +109,43 @@ class StridedIter {
       for (int d = ndim_ - 2; d >= 0; --d) {
         bool can = true;
         for (int k = 0; k < nops_; ++k) {
-          if (stride_[k][d] != stride_[k][out] * shape_[out]) { can = false; break; }
+          if (dims_[d].stride[k] != dims_[out].stride[k] * dims_[out].size) { can = false; break; }
         }
         if (can) {
-          shape_[out] *= shape_[d];
+          dims_[out].size *= dims_[d].size;
         } else {
           --out;
-          shape_[out] = shape_[d];
-          for (int k = 0; k < nops_; ++k) stride_[k][out] = stride_[k][d];
+          dims_[out].size = dims_[d].size;
+          for (int k = 0; k < nops_; ++k) dims_[out].stride[k] = dims_[d].stride[k];
         }
       }
       // shift dims [out, ndim_) to [0, ndim_-out)
       const int newnd = ndim_ - out;
       for (int d = 0; d < newnd; ++d) {
-        shape_[d] = shape_[d + out];
-        for (int k = 0; k < nops_; ++k) stride_[k][d] = stride_[k][d + out];
+        dims_[d].size = dims_[d + out].size;
+        for (int k = 0; k < nops_; ++k) dims_[d].stride[k] = dims_[d + out].stride[k];
       }
       ndim_ = newnd;
     }
   }
 
+  // Copies carry only what is in use. A kernel's iterator is copied three times
+  // on its way to the stream (into the device part's closure, into the queued
+  // work, into its block of memory), and the whole arrays are 1.3 KB: for a tiny
+  // op those copies and the cache lines they write were a tenth of the host's
+  // time (issue 39). Entries past ndim_ / nops_ are never read (add_strided
+  // writes every dim of a new operand), so they are left unset here.
+  StridedIter(const StridedIter& other) { copy_used(other); }
+  StridedIter& operator=(const StridedIter& other) {
+    if (this != &other) copy_used(other);
+    return *this;
+  }
+
   int64_t numel() const { return numel_; }
   int ndim() const { return ndim_; }
   int nops() const { return nops_; }
-  int64_t shape(int d) const { return shape_[d]; }
-  int64_t stride(int k, int d) const { return stride_[k][d]; }
+  int64_t shape(int d) const { return dims_[d].size; }
+  int64_t stride(int k, int d) const { return dims_[d].stride[k]; }
 
   // Calls body(char* const* ptrs, const int64_t* strides_bytes, int64_t n) for
   // every innermost run; ptrs[k] points at operand k's first element of the run.
@@ -160,18 +174,18 @@ class StridedIter {
     int64_t counter[kMaxDims] = {0};
     int64_t rest = begin;
     for (int d = inner; d >= 0; --d) {
-      counter[d] = rest % shape_[d];
-      rest /= shape_[d];
+      counter[d] = rest % dims_[d].size;
+      rest /= dims_[d].size;
     }
     int64_t s[kMaxOperands];
     for (int k = 0; k < nops_; ++k) {
-      s[k] = stride_[k][inner];
+      s[k] = dims_[inner].stride[k];
       ptrs[k] = base(k);
-      for (int d = 0; d < ndim_; ++d) ptrs[k] += counter[d] * stride_[k][d];
+      for (int d = 0; d < ndim_; ++d) ptrs[k] += counter[d] * dims_[d].stride[k];
     }
     int64_t left = end - begin;
     while (true) {
-      const int64_t run = std::min(shape_[inner] - counter[inner], left);
+      const int64_t run = std::min(dims_[inner].size - counter[inner], left);
       body(static_cast<char* const*>(ptrs), static_cast<const int64_t*>(s), run);
       left -= run;
       if (left == 0) return;
@@ -180,9 +194,9 @@ class StridedIter {
       counter[inner] = 0;
       int d = inner - 1;
       for (; d >= 0; --d) {
-        for (int k = 0; k < nops_; ++k) ptrs[k] += stride_[k][d];
-        if (++counter[d] < shape_[d]) break;
-        for (int k = 0; k < nops_; ++k) ptrs[k] -= stride_[k][d] * shape_[d];
+        for (int k = 0; k < nops_; ++k) ptrs[k] += dims_[d].stride[k];
+        if (++counter[d] < dims_[d].size) break;
+        for (int k = 0; k < nops_; ++k) ptrs[k] -= dims_[d].stride[k] * dims_[d].size;
         counter[d] = 0;
       }
       if (d < 0) return;
@@ -203,14 +217,44 @@ class StridedIter {
     return static_cast<char*>(device_view(base_[k]));
   }
 
+  void copy_used(const StridedIter& other) {
+    ndim_ = other.ndim_;
+    nops_ = other.nops_;
+    numel_ = other.numel_;
+    std::copy_n(other.inline_, kMaxOperands, inline_);
+    std::copy_n(other.base_, nops_, base_);
+    for (int d = 0; d < ndim_; ++d) {
+      dims_[d].size = other.dims_[d].size;
+      std::copy_n(other.dims_[d].stride, nops_, dims_[d].stride);
+    }
+    for (int k = 0; k < nops_; ++k)
+      if (inline_[k]) std::memcpy(values_[k], other.values_[k], sizeof values_[k]);
+  }
+
+  std::vector<int64_t> shape_vector() const {
+    std::vector<int64_t> shape(static_cast<size_t>(ndim_));
+    for (int d = 0; d < ndim_; ++d) shape[static_cast<size_t>(d)] = dims_[d].size;
+    return shape;
+  }
+
+  // A dimension: its size and each operand's byte stride along it.
+  struct Dim {
+    int64_t size;
+    int64_t stride[kMaxOperands];
+  };
+
+  // What a walk reads first comes first, and a dim's size and strides sit
+  // together, so the few dims a built iterator keeps take a cache line or two
+  // of the queued closure's memory, not lines spread over its 1.3 KB (issue 39).
+  // No default initializers on the arrays: the copy constructor would run them,
+  // writing all of it (see copy_used). Only inline_ must start false.
   int ndim_ = 0;
   int nops_ = 0;
   int64_t numel_ = 1;
-  int64_t shape_[kMaxDims] = {};
-  int64_t stride_[kMaxOperands][kMaxDims] = {};
-  char* base_[kMaxOperands] = {};  // device addresses (or host scratch memory)
+  char* base_[kMaxOperands];  // device addresses (or host scratch memory)
   bool inline_[kMaxOperands] = {};
-  alignas(8) char values_[kMaxOperands][16] = {};  // wrapped numbers, by value
+  Dim dims_[kMaxDims];
+  alignas(8) char values_[kMaxOperands][16];  // wrapped numbers, by value
 };
 
 // ---- typed elementwise loops ------------------------------------------------
