@@ -138,6 +138,22 @@ class NativeEngine final : public Engine {
                        ": the communicator was aborted");
       auto it = comms_.find(device);
       if (it != comms_.end()) return it->second;
+      // A communicator is made by every rank together. A rank that reaches a
+      // second device alone (the usual cause: object collectives such as
+      // all_gather_object run on the current device, which the script never
+      // set) would wait for peers that never come: name the mistake instead.
+      if (!comms_.empty() && info_.size > 1) {
+        const c10::Device bound(kDeviceType, comms_.begin()->first);
+        TORCH_CHECK_WITH(DistBackendError, false, what, " on ", info_.describe(),
+                         " got a tensor on ", c10::Device(kDeviceType, device),
+                         ", but this rank's collectives run on ", bound,
+                         " (its first collective did): one process group drives one device "
+                         "per rank. Set the rank's device before the first collective, e.g. "
+                         "torch.accelerator.set_device_index(local_rank) or "
+                         "init_process_group(device_id=...); object collectives "
+                         "(all_gather_object, broadcast_object_list, ...) use the current "
+                         "device, here ", c10::Device(kDeviceType, current_device()), ".");
+      }
     }
     ccl::UniqueId id{};
     const std::string key = "flsdk_ccl_unique_id/" + std::to_string(inits_++);

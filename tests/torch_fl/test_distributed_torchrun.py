@@ -68,6 +68,15 @@ def test_a_stalled_rank_times_the_others_out():
     assert "did not finish within 3000 ms" in outs[0], outs[0][-2000:]
 
 
+def test_a_script_that_never_sets_the_device_gets_an_error_not_a_hang():
+    """Tensors on acme:<local rank> but the current device left at 0: the object
+    collectives run on acme:0. Rank 1 used to wait in all_gather_object for a
+    communicator no other rank made (until the store's timeout); it must raise at
+    once, naming both devices and the fix."""
+    out = torchrun(["wrong_device"], timeout=120)
+    assert "one process group drives one device per rank" in out, out[-3000:]
+
+
 def test_a_backend_without_ipc_refuses_to_share_a_tensor(zeta_first_build):
     """A fresh scaffold's runtime lists no ipc: pickling a tensor for another process
     fails naming the device and what is missing, instead of hanging a Queue."""

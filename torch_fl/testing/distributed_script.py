@@ -578,6 +578,33 @@ def scenario_stall() -> None:
         time.sleep(float(os.environ.get("DIST_TIMEOUT", "60")) + 3)
         os._exit(3)
     _expect_failure("stall")
+def scenario_wrong_device() -> None:
+    """A script that never sets the rank's device: its tensors and its first
+    collective run on the rank's device, but object collectives (all_gather_object)
+    use the current device, 0 on every rank. The rank whose devices differ must get
+    an error naming both at once, not wait forever for a communicator no other rank
+    makes; the process ends there (a rank on device 0 has nothing to check)."""
+    t = torch.ones(4, device=DEVICE)
+    dist.all_reduce(t)
+    torch.accelerator.synchronize()
+    torch.accelerator.set_device_index(0)  # what a script that never set it has
+    if DEVICE.index != 0:
+        gathered: list = [None] * WORLD
+        try:
+            dist.all_gather_object(gathered, {"rank": RANK})
+        except Exception as exc:  # noqa: BLE001 - any error type, its message is checked
+            message = str(exc)
+            print(f"rank {RANK}: error: {message[:600]}", flush=True)
+            check(str(DEVICE) in message and f"{DEVICE_TYPE}:0" in message,
+                  f"the error names both devices: {message}")
+            check("set_device_index" in message, f"the error says how to fix it: {message}")
+        else:
+            raise AssertionError(f"rank {RANK}: all_gather_object on a second device did not raise")
+    print(f"rank {RANK}: wrong_device ok", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
 SCENARIOS = {
     "collectives": scenario_collectives,
     "ddp": scenario_ddp,
@@ -587,6 +614,7 @@ SCENARIOS = {
     "compile": scenario_compile,
     "kill": scenario_kill,
     "stall": scenario_stall,
+    "wrong_device": scenario_wrong_device,
 }
 
 
