@@ -350,6 +350,33 @@ def test_memory_stats_follow_allocation_and_empty_cache():
     assert free <= total
 
 
+def test_small_blocks_taken_again_at_once_leave_the_stats_as_if_coalesced():
+    """The allocator keeps a freed small block aside for the next request of its
+    size (an eager tiny op frees and allocates the same sizes: issue 39). It comes
+    back at the same address, and what the stats and empty_cache see is the cache
+    as if every free had coalesced at once."""
+    gc.collect()
+    torch_fl.empty_cache(DEVICE)
+    base = torch_fl.memory_stats(DEVICE)
+    a = torch.empty(256, device=DEVICE)
+    address = a.data_ptr()
+    del a
+    b = torch.empty(256, device=DEVICE)
+    assert b.data_ptr() == address
+    del b
+    # more blocks than are ever kept aside, of several sizes, freed in turns
+    many = [torch.empty(n, device=DEVICE) for _ in range(40) for n in (8, 100, 256, 1000, 4000)]
+    del many[::2]
+    del many
+    s = torch_fl.memory_stats(DEVICE)
+    for key in ("allocated_bytes.all.current", "active_bytes.all.current",
+                "inactive_split.all.current", "inactive_split_bytes.all.current"):
+        assert s[key] == base[key], key
+    assert s["allocation.all.allocated"] == base["allocation.all.allocated"] + 202
+    torch_fl.empty_cache(DEVICE)
+    assert torch_fl.memory_reserved(DEVICE) == base["reserved_bytes.all.current"]
+
+
 def test_memory_functions_reject_cpu():
     with pytest.raises(ValueError, match="not cpu"):
         torch_fl.memory_stats("cpu")
