@@ -79,14 +79,15 @@ inline const at::Tensor& device_tensor(const char* op, TensorList ins) {
 inline at::Tensor alloc_output(const char* op, TensorList ins, c10::IntArrayRef shape,
                                at::ScalarType dtype) {
   const at::Tensor& dev = device_tensor(op, ins);
-  auto opts = dev.options().dtype(dtype);
+  if (dev.device().type() != c10::DeviceType::PrivateUse1)
+    return at::empty(shape, dev.options().dtype(dtype));
   for (const at::Tensor* t : ins) {
     if (!t || !t->defined() || is_cpu_scalar(*t)) continue;
     if (t->sizes() == shape && !t->is_contiguous() && t->is_non_overlapping_and_dense()) {
-      return at::empty_strided(shape, t->strides(), opts);
+      return ::FLSDK_BACKEND_NS::empty_strided_device(shape, t->strides(), dtype, dev.device());
     }
   }
-  return at::empty(shape, opts);
+  return ::FLSDK_BACKEND_NS::empty_device(shape, dtype, dev.device());
 }
 
 // out <- in with dtype conversion, queued on the stream; shapes must be

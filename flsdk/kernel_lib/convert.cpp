@@ -47,7 +47,7 @@ at::Tensor cast(const char* op, const at::Tensor& t, at::ScalarType st) {
     });
     return out;
   }
-  at::Tensor out = at::empty(t.sizes(), t.options().dtype(st));
+  at::Tensor out = ::FLSDK_BACKEND_NS::empty_device(t.sizes(), st, t.device());
   convert_into(op, out, t);
   return out;
 }

@@ -125,7 +125,7 @@ inline at::Tensor unary_kernel(const char* op, const at::Tensor& self, at::Scala
     });
   };
   if (all_plain(compute, {&self})) {
-    at::Tensor out = at::empty(self.sizes(), self.options().dtype(out_dtype));
+    at::Tensor out = ::FLSDK_BACKEND_NS::empty_device(self.sizes(), out_dtype, self.device());
     if (out.numel() != 0) run(out, plain_iter(out, {&self}));
     return out;
   }
@@ -147,12 +147,12 @@ inline at::Tensor binary_kernel(const char* op, const at::Tensor& a, const at::T
   if (is_cpu_scalar(b) && all_plain(compute, {&a})) {
     // x * 1.5 from Python: a wrapped number, read as a broadcast value.
     const at::Tensor value = cast(op, b, compute);
-    at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype));
+    at::Tensor out = ::FLSDK_BACKEND_NS::empty_device(a.sizes(), out_dtype, a.device());
     if (out.numel() != 0) run(out, plain_iter(out, {&a}, &value));
     return out;
   }
   if (all_plain(compute, {&a, &b})) {
-    at::Tensor out = at::empty(a.sizes(), a.options().dtype(out_dtype));
+    at::Tensor out = ::FLSDK_BACKEND_NS::empty_device(a.sizes(), out_dtype, a.device());
     if (out.numel() != 0) run(out, plain_iter(out, {&a, &b}));
     return out;
   }

@@ -7,11 +7,26 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 #include "device_config.h"
 #include "host_sync.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace FLSDK_BACKEND_NS {
+
+// An uninitialized contiguous (or strided) tensor on `device`, as at::empty /
+// at::empty_strided give one there, without their trip through the dispatcher
+// (BackendSelect, then the backend's factory): the kernels' output allocation,
+// as PyTorch's CPU kernels allocate theirs. Under torch.use_deterministic_algorithms
+// with fill_uninitialized_memory it is filled, as at::empty's is.
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device);
+at::Tensor empty_strided_device(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                c10::ScalarType dtype, c10::Device device);
 
 // Throws a c10::Error (a Python RuntimeError) naming `call` and carrying the
 // runtime's last_error(), unless `status` is Ok.

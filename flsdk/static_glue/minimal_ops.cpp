@@ -54,9 +54,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "backend.h"
 #include "glue_hooks.h"
+#include "kernel_api.h"
 
 namespace FLSDK_BACKEND_NS {
 namespace {
@@ -115,6 +117,32 @@ c10::Device target_device(std::optional<c10::Device> device) {
   check_device_index(index);
   return c10::Device(kDeviceType, index);
 }
+
+// The kernels' output allocation (kernel_api.h): a wrapper has already made the
+// op's device current, so the guard is skipped when it is.
+c10::Allocator* device_allocator() {
+  static c10::Allocator* allocator = c10::GetAllocator(kDeviceType);
+  return allocator;
+}
+
+}  // namespace
+
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device) {
+  std::optional<c10::DeviceGuard> guard;
+  if (!device.has_index() || device.index() != current_device()) guard.emplace(target_device(device));
+  return filled_if_deterministic(
+      at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype, std::nullopt));
+}
+
+at::Tensor empty_strided_device(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                c10::ScalarType dtype, c10::Device device) {
+  std::optional<c10::DeviceGuard> guard;
+  if (!device.has_index() || device.index() != current_device()) guard.emplace(target_device(device));
+  return filled_if_deterministic(
+      at::detail::empty_strided_generic(sizes, strides, device_allocator(), kKeys, dtype));
+}
+
+namespace {
 
 at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,

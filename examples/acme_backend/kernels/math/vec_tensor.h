@@ -16,8 +16,9 @@
 namespace acme::kernels {
 
 inline at::Tensor empty_like_dense(const at::Tensor& t) {
-  return t.is_contiguous() ? at::empty(t.sizes(), t.options())
-                           : at::empty_strided(t.sizes(), t.strides(), t.options());
+  return t.is_contiguous()
+             ? empty_device(t.sizes(), t.scalar_type(), t.device())
+             : empty_strided_device(t.sizes(), t.strides(), t.scalar_type(), t.device());
 }
 
 inline at::Tensor vec_unary_f32(const at::Tensor& self, vec::Unary v, float p0 = 0.f, float p1 = 0.f) {
