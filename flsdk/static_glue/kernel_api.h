@@ -1,9 +1,9 @@
-// What kernels may use of the generated glue (kernels.h includes it): the
-// stream to queue device work on, the name of the running kernel (to name that
-// work), a counted host wait for the few kernels whose output shape depends on
-// data (nonzero, unique, masked_select), which must read a count from the
-// device before they can allocate, and the glue's error for a failed runtime
-// call.
+// What kernels may use of the generated glue (kernels.h includes it): output
+// allocation without the dispatcher, the stream to queue device work on, the
+// name of the running kernel (to name that work), a counted host wait for the
+// few kernels whose output shape depends on data (nonzero, unique,
+// masked_select), which must read a count from the device before they can
+// allocate, and the glue's error for a failed runtime call.
 #pragma once
 
 #include <c10/core/Device.h>
