@@ -118,31 +118,30 @@ c10::Device target_device(std::optional<c10::Device> device) {
   return c10::Device(kDeviceType, index);
 }
 
-// The kernels' output allocation (kernel_api.h): a wrapper has already made the
-// op's device current, so the guard is skipped when it is.
-c10::Allocator* device_allocator() {
-  static c10::Allocator* allocator = c10::GetAllocator(kDeviceType);
-  return allocator;
+// `device` made current for an allocation, unless it already is: a kernel's
+// wrapper has made the op's device current, the usual case for kernel_api.h's
+// allocation, and a guard costs two runtime calls. A device without an index
+// means the current one (target_device checks an index it is given).
+std::optional<c10::Device> device_to_enter(std::optional<c10::Device> device) {
+  if (device && device->has_index() && device->index() == current_device()) return std::nullopt;
+  return target_device(device);
 }
 
-}  // namespace
-
-at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device) {
-  std::optional<c10::DeviceGuard> guard;
-  if (!device.has_index() || device.index() != current_device()) guard.emplace(target_device(device));
-  return filled_if_deterministic(
-      at::detail::empty_generic(sizes, device_allocator(), kKeys, dtype, std::nullopt));
+// What the factories below and the kernels' allocation (kernel_api.h) share.
+at::Tensor empty_on(c10::IntArrayRef sizes, c10::ScalarType dtype,
+                    std::optional<c10::Device> device,
+                    std::optional<c10::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard guard(device_to_enter(device));
+  return filled_if_deterministic(at::detail::empty_generic(
+      sizes, c10::GetAllocator(kDeviceType), kKeys, dtype, memory_format));
 }
 
-at::Tensor empty_strided_device(c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                                c10::ScalarType dtype, c10::Device device) {
-  std::optional<c10::DeviceGuard> guard;
-  if (!device.has_index() || device.index() != current_device()) guard.emplace(target_device(device));
-  return filled_if_deterministic(
-      at::detail::empty_strided_generic(sizes, strides, device_allocator(), kKeys, dtype));
+at::Tensor empty_strided_on(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                            c10::ScalarType dtype, std::optional<c10::Device> device) {
+  c10::OptionalDeviceGuard guard(device_to_enter(device));
+  return filled_if_deterministic(at::detail::empty_strided_generic(
+      sizes, strides, c10::GetAllocator(kDeviceType), kKeys, dtype));
 }
-
-namespace {
 
 at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
@@ -151,10 +150,7 @@ at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<c10::Scal
   auto scalar_type = dtype.value_or(c10::get_default_dtype_as_scalartype());
   TORCH_CHECK(!layout.has_value() || *layout == c10::Layout::Strided, kBackendName,
               ": only strided tensors are supported, got layout ", *layout);
-  c10::DeviceGuard guard(target_device(device));
-  return filled_if_deterministic(at::detail::empty_generic(
-      C10_AS_INTARRAYREF_SLOW(size), c10::GetAllocator(kDeviceType), kKeys, scalar_type,
-      memory_format));
+  return empty_on(C10_AS_INTARRAYREF_SLOW(size), scalar_type, device, memory_format);
 }
 
 at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
@@ -163,11 +159,22 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
   auto scalar_type = dtype.value_or(c10::get_default_dtype_as_scalartype());
   TORCH_CHECK(!layout.has_value() || *layout == c10::Layout::Strided, kBackendName,
               ": only strided tensors are supported, got layout ", *layout);
-  c10::DeviceGuard guard(target_device(device));
-  return filled_if_deterministic(at::detail::empty_strided_generic(
-      C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
-      c10::GetAllocator(kDeviceType), kKeys, scalar_type));
+  return empty_strided_on(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                          scalar_type, device);
 }
+
+}  // namespace
+
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device) {
+  return empty_on(sizes, dtype, device, std::nullopt);
+}
+
+at::Tensor empty_strided_device(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                c10::ScalarType dtype, c10::Device device) {
+  return empty_strided_on(sizes, strides, dtype, device);
+}
+
+namespace {
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
                       c10::SymIntArrayRef stride, std::optional<c10::SymInt> storage_offset) {
